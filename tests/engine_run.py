@@ -1,0 +1,75 @@
+"""Run a real vLLM engine (offline `LLM()`) in this process and print what it did as JSON.
+
+Used by the engine tests as `python tests/engine_run.py SPEC_JSON` in a fresh process, so every
+engine starts clean and loads the plugin through its entry point as in production.
+SPEC: {"llm": {...LLM kwargs...}, "prompts": [...], "max_tokens": N, "config_only": bool}
+With "config_only", only `EngineArgs(**llm).create_engine_config()` runs: vLLM's own config
+resolution (where it refuses bad combinations), without loading weights.
+Output (last stdout line): {"speculative_config", "model_impl", "async_scheduling",
+"token_ids", "metrics"} or {"error_type", "error"} when the engine refused to start.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def spec_summary(config: object) -> dict | None:
+    if config is None:
+        return None
+    keys = ("method", "num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min",
+            "model", "num_speculative_tokens_per_batch_size")
+    out = {key: getattr(config, key, None) for key in keys}
+    draft = getattr(config, "draft_model_config", None)
+    out["model"] = getattr(draft, "model", None) if draft is not None else out["model"]
+    return out
+
+
+def counters(llm: object) -> dict[str, float]:
+    values: dict[str, float] = {}
+    for metric in llm.get_metrics():
+        if metric.name.startswith("vllm:spec_decode") and hasattr(metric, "value"):
+            values[metric.name] = values.get(metric.name, 0) + metric.value
+    return values
+
+
+def resolved(config: object) -> dict:
+    return {
+        "speculative_config": spec_summary(config.speculative_config),
+        "model_impl": str(config.model_config.model_impl),
+        "async_scheduling": config.scheduler_config.async_scheduling,
+        "max_num_seqs": config.scheduler_config.max_num_seqs,
+    }
+
+
+def main() -> None:
+    spec = json.loads(sys.argv[1])
+    from vllm import LLM, SamplingParams
+
+    kwargs = {"enforce_eager": True, "kv_cache_memory_bytes": 1 << 30, "max_model_len": 1024,
+              "disable_log_stats": False, **spec["llm"]}
+    try:
+        if spec.get("config_only"):
+            from vllm.engine.arg_utils import EngineArgs
+
+            config = EngineArgs(**kwargs).create_engine_config()
+            print(json.dumps({**resolved(config), "config_hash": config.compute_hash()}))
+            return
+        llm = LLM(**kwargs)
+    except BaseException as exc:  # SystemExit from the plugin included
+        print(json.dumps({"error_type": type(exc).__name__, "error": str(exc)}))
+        sys.exit(0)
+    config = llm.llm_engine.vllm_config
+    params = SamplingParams(temperature=0.0, max_tokens=spec.get("max_tokens", 48),
+                            ignore_eos=True)
+    outputs = llm.generate(spec.get("prompts", []), params, use_tqdm=False)
+    print(json.dumps({
+        **resolved(config),
+        "token_ids": [list(o.outputs[0].token_ids) for o in outputs],
+        "metrics": counters(llm),
+    }))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+from rebel import CompileContext  # noqa: F401

@@ -1,0 +1,1 @@
+RBLN_PROFILER = False

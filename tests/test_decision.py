@@ -1,0 +1,203 @@
+"""The decision table and its validation rules (pure, no engine)."""
+
+from __future__ import annotations
+
+import pytest
+
+from vllm_specdec_plugin.capabilities import capabilities_for
+from vllm_specdec_plugin.decision import (
+    NGRAM_FALLBACK,
+    SOURCE_FALLBACK,
+    SOURCE_TUNED,
+    SOURCE_USER_ENGINE,
+    SOURCE_USER_FILE,
+    EngineRequest,
+    KaitoRequest,
+    decide,
+)
+from vllm_specdec_plugin.inputs import Annotation
+from vllm_specdec_plugin.presets import builtin_preset_table
+
+# vLLM 0.32-like and 0.33-like method sets, so the table is tested without importing vLLM.
+VLLM_032 = ("0.32.0", {"ngram", "suffix", "eagle", "eagle3", "medusa", "mtp", "draft_model",
+                       "ngram_gpu", "deepseek_mtp"},
+            {"eagle", "eagle3", "mtp", "draft_model", "ngram_gpu", "deepseek_mtp"})
+VLLM_033 = ("0.33.0", VLLM_032[1] - {"medusa", "mlp_speculator"}, VLLM_032[2])
+CPU = capabilities_for("cpu", vllm_info=VLLM_032)
+CUDA_033 = capabilities_for("cuda", vllm_info=VLLM_033)
+RBLN = capabilities_for("rbln", vllm_info=VLLM_032)
+PRESETS = builtin_preset_table()
+
+
+def opted_in(**kwargs) -> KaitoRequest:
+    return KaitoRequest(Annotation("true", "test"), **kwargs)
+
+
+def run(kaito=None, caps=CPU, **engine) -> object:
+    engine.setdefault("model", "microsoft/Phi-4-mini-instruct")
+    return decide(kaito or opted_in(), EngineRequest(**engine), caps, PRESETS)
+
+
+@pytest.mark.parametrize("value", [None, "false"])
+def test_not_opted_in_changes_nothing(value):
+    decision = decide(KaitoRequest(Annotation(value, "t")), EngineRequest(model="m",
+                      speculative_config={"method": "bogus"}, model_impl="optimum"), CPU, PRESETS)
+    assert not decision.enabled and decision.errors == () and decision.warnings == ()
+    assert decision.speculative_config is None and decision.model_impl is None
+
+
+@pytest.mark.parametrize("value", ["", " true", "True", "TRUE", "yes", "1", "on", "true\n",
+                                   "x" * 5000, "vérité"])
+def test_bad_annotation_is_an_error_naming_it(value):
+    decision = decide(KaitoRequest(Annotation(value, "env X")), EngineRequest(model="m"), CPU,
+                      PRESETS)
+    assert not decision.enabled
+    (error,) = decision.errors
+    assert "kaito.sh/enable-speculative-decoding" in error and '"true" or "false"' in error
+    assert len(error) < 400  # a long value is shortened
+
+
+def test_untuned_preset_gets_kaito_ngram_fallback():
+    decision = run()
+    assert decision.enabled and decision.source == SOURCE_FALLBACK
+    assert decision.speculative_config == dict(NGRAM_FALLBACK)
+    assert decision.speculative_config == {"method": "ngram", "num_speculative_tokens": 5,
+                                           "prompt_lookup_max": 4}
+    assert decision.model_impl == "vllm"
+
+
+@pytest.mark.parametrize("name", ["Qwen/Qwen3.5-4B", "qwen/qwen3.5-4b", "deepseek-r1-0528",
+                                  "deepseek-ai/DeepSeek-R1-0528", "/models/Qwen/Qwen3.6-27B/"])
+def test_tuned_presets_get_mtp_k1(name):
+    decision = run(model=name)
+    assert decision.source == SOURCE_TUNED
+    assert decision.speculative_config == {"method": "mtp", "num_speculative_tokens": 1}
+    assert decision.async_scheduling is None  # mtp runs with async scheduling upstream
+
+
+def test_all_fifteen_kaito_presets_are_tuned():
+    assert len(PRESETS.presets) == 15
+
+
+def test_preset_env_wins_over_model_and_served_name():
+    decision = run(kaito=opted_in(preset="Qwen/Qwen3.5-9B"), model="local/dir",
+                   served_model_names=("chat",))
+    assert decision.source == SOURCE_TUNED and decision.preset == "Qwen/Qwen3.5-9B"
+
+
+def test_served_model_name_is_matched():
+    decision = run(model="/mnt/models/x", served_model_names=("XiaomiMiMo/MiMo-7B-Base",))
+    assert decision.source == SOURCE_TUNED
+
+
+def test_no_preset_no_model_is_an_error():
+    decision = run(model=None)
+    assert not decision.enabled and "preset" in decision.errors[0]
+
+
+def test_user_engine_config_is_untouched():
+    user = {"method": "ngram", "num_speculative_tokens": 8, "prompt_lookup_max": 6}
+    decision = run(speculative_config=user, model="Qwen/Qwen3.5-4B")
+    assert decision.source == SOURCE_USER_ENGINE and decision.speculative_config == user
+
+
+def test_user_file_config_is_used_unchanged():
+    user = {"method": "suffix"}
+    caps = capabilities_for("cpu", vllm_info=VLLM_032)
+    if not caps.suffix_available:
+        pytest.skip("arctic_inference not installed")
+    decision = run(kaito=opted_in(config_speculative_config=user), caps=caps)
+    assert decision.source == SOURCE_USER_FILE and decision.speculative_config == user
+
+
+def test_engine_config_wins_over_file_with_a_warning():
+    decision = run(kaito=opted_in(config_speculative_config={"method": "ngram",
+                                                             "num_speculative_tokens": 2},
+                                  config_path="/cfg.yaml"),
+                   speculative_config={"method": "ngram", "num_speculative_tokens": 3})
+    assert decision.speculative_config["num_speculative_tokens"] == 3
+    assert any("/cfg.yaml" in w for w in decision.warnings)
+
+
+@pytest.mark.parametrize("runtime", ["transformers", "VLLM", ""])
+def test_non_vllm_runtime_is_refused(runtime):
+    decision = run(kaito=opted_in(runtime=Annotation(runtime, "env KAITO_RUNTIME")))
+    assert not decision.enabled and "kaito.sh/runtime" in decision.errors[0]
+
+
+def test_vllm_runtime_is_accepted():
+    assert run(kaito=opted_in(runtime=Annotation("vllm", "f"))).enabled
+
+
+@pytest.mark.parametrize("method", ["eagle", "eagle3", "medusa"])
+def test_draft_methods_need_a_model(method):
+    decision = run(speculative_config={"method": method, "num_speculative_tokens": 3})
+    assert not decision.enabled and '"model"' in decision.errors[0]
+
+
+def test_medusa_refused_by_name_on_vllm_033():
+    decision = run(caps=CUDA_033, speculative_config={"method": "medusa", "model": "d"})
+    assert "'medusa' is not supported on vLLM 0.33.0 on cuda" in decision.errors[0]
+
+
+def test_suffix_needs_arctic_inference():
+    caps = capabilities_for("cpu", vllm_info=VLLM_032)
+    caps = type(caps)(**{**caps.__dict__, "suffix_available": False})
+    decision = run(caps=caps, speculative_config={"method": "suffix"})
+    assert "arctic-inference" in decision.errors[0]
+
+
+def test_rbln_refuses_methods_outside_its_list():
+    decision = run(caps=RBLN, speculative_config={"method": "draft_model", "model": "d"})
+    assert "'draft_model' is not supported on vLLM 0.32.0 on rbln" in decision.errors[0]
+
+
+def test_rbln_caps_num_speculative_tokens_with_a_warning():
+    decision = run(caps=RBLN, speculative_config={"method": "ngram", "num_speculative_tokens": 40,
+                                                  "prompt_lookup_max": 4})
+    assert decision.speculative_config["num_speculative_tokens"] == 32
+    assert any("40 -> 32" in w for w in decision.warnings)
+
+
+def test_rbln_turns_async_off_even_for_mtp():
+    decision = run(caps=RBLN, model="Qwen/Qwen3.5-4B", async_scheduling=True)
+    assert decision.async_scheduling is False
+    assert any("--async-scheduling turned off" in w for w in decision.warnings)
+
+
+def test_explicit_async_with_ngram_is_turned_off():
+    decision = run(async_scheduling=True)
+    assert decision.async_scheduling is False
+    assert any("--async-scheduling turned off" in w and "ngram" in w for w in decision.warnings)
+
+
+def test_explicit_no_async_is_kept():
+    decision = run(async_scheduling=False)
+    assert decision.async_scheduling is False and decision.warnings == ()
+
+
+def test_async_with_eagle_is_left_alone():
+    decision = run(speculative_config={"method": "eagle", "model": "d"}, async_scheduling=True)
+    assert decision.async_scheduling is True
+
+
+def test_model_impl_forced_with_warning_only_when_user_chose_another():
+    assert run(model_impl="auto").warnings == ("async scheduling (default) turned off: "
+                                               + run().warnings[0].split(": ", 1)[1],)
+    decision = run(model_impl="transformers")
+    assert decision.model_impl == "vllm"
+    assert any("model_impl 'transformers' -> 'vllm'" in w for w in decision.warnings)
+
+
+def test_bad_num_speculative_tokens():
+    decision = run(speculative_config={"method": "ngram", "num_speculative_tokens": "5"})
+    assert "positive integer" in decision.errors[0]
+
+
+def test_config_without_method_or_model():
+    decision = run(speculative_config={"num_speculative_tokens": 2})
+    assert "neither `method` nor `model`" in decision.errors[0]
+
+
+def test_same_inputs_same_decision():
+    assert run(model="a/b") == run(model="a/b")

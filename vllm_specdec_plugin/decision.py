@@ -1,0 +1,266 @@
+"""The decision: a pure function from typed inputs to the speculative-decoding setup.
+
+No I/O, no vLLM import: the engine hook and the explain CLI gather the inputs, call `decide`, and
+apply or print the result.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from vllm_specdec_plugin.errors import quote_value
+from vllm_specdec_plugin.inputs import ANNOTATION_KEY, RUNTIME_KEY, Annotation
+from vllm_specdec_plugin.presets import PresetTable
+
+# KAITO's universal fallback (KAITO v0.13.0): deliberately conservative, no prompt_lookup_min.
+NGRAM_FALLBACK: Mapping[str, Any] = {
+    "method": "ngram",
+    "num_speculative_tokens": 5,
+    "prompt_lookup_max": 4,
+}
+# The methods the product promises (the KAITO and RBLN pages).
+PROMISED_METHODS = ("ngram", "suffix", "eagle", "eagle3", "medusa", "mtp")
+DRAFT_MODEL_METHODS = ("eagle", "eagle3", "medusa")
+
+SOURCE_OFF = "off"
+SOURCE_USER_ENGINE = "user-config (engine arguments)"
+SOURCE_USER_FILE = "user-config (inference_config.yaml)"
+SOURCE_TUNED = "tuned-preset"
+SOURCE_FALLBACK = "ngram-fallback"
+
+
+@dataclass(frozen=True)
+class PlatformCapabilities:
+    """What the installed vLLM on this platform can run (gathered by `capabilities.py`)."""
+
+    platform: str
+    """"cuda", "rbln", "cpu", or another vLLM device name."""
+    vllm_version: str | None
+    methods: frozenset[str]
+    """Speculative methods the installed vLLM (and, on RBLN, vllm-rbln) accepts."""
+    async_methods: frozenset[str]
+    """Methods that run with async scheduling on this platform (empty: none do)."""
+    max_num_speculative_tokens: int | None = None
+    """The platform's cap on num_speculative_tokens (RBLN's sampler), None for no cap."""
+    suffix_available: bool = False
+    """Whether `arctic_inference`, which the suffix method needs, is importable."""
+
+
+@dataclass(frozen=True)
+class EngineRequest:
+    """What the engine itself was asked for (vLLM's own flags)."""
+
+    model: str | None = None
+    served_model_names: tuple[str, ...] = ()
+    speculative_config: Mapping[str, Any] | None = None
+    """Given to the engine directly: --speculative-config, --spec-*, LLM(speculative_config=)."""
+    model_impl: str | None = "auto"
+    async_scheduling: bool | None = None
+
+
+@dataclass(frozen=True)
+class KaitoRequest:
+    """What KAITO and the operator asked for."""
+
+    annotation: Annotation
+    runtime: Annotation = field(default_factory=lambda: Annotation(None, "unset"))
+    preset: str | None = None
+    config_speculative_config: Mapping[str, Any] | None = None
+    config_path: str | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The speculative-decoding setup the engine runs with, and why."""
+
+    enabled: bool
+    source: str
+    method: str | None = None
+    speculative_config: dict[str, Any] | None = None
+    model_impl: str | None = None
+    async_scheduling: bool | None = None
+    preset: str | None = None
+    platform: str | None = None
+    warnings: tuple[str, ...] = ()
+    errors: tuple[str, ...] = ()
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=False, default=list)
+
+    def summary(self) -> str:
+        """The one INFO line logged at engine start."""
+        if not self.enabled:
+            return f"speculative decoding off ({self.source})"
+        parts = [
+            f"speculative decoding on: {json.dumps(self.speculative_config, sort_keys=True)}",
+            f"source={self.source}" + (f" (preset {self.preset})" if self.preset else ""),
+            f"model_impl={self.model_impl}",
+            "async_scheduling="
+            + ("vLLM default" if self.async_scheduling is None else str(self.async_scheduling)),
+        ]
+        parts += [f"adjusted: {warning}" for warning in self.warnings]
+        return "; ".join(parts)
+
+
+def decide(
+    kaito: KaitoRequest,
+    engine: EngineRequest,
+    caps: PlatformCapabilities,
+    presets: PresetTable,
+) -> Decision:
+    """Pick the speculative-decoding setup for one engine start."""
+    opt_in, errors = _read_opt_in(kaito.annotation)
+    if errors:
+        return Decision(False, SOURCE_OFF, platform=caps.platform, errors=errors)
+    if not opt_in:
+        return Decision(False, SOURCE_OFF, platform=caps.platform)
+
+    errors = list(_runtime_errors(kaito.runtime))
+    warnings: list[str] = []
+    preset_name = None
+    if engine.speculative_config is not None:
+        source, config = SOURCE_USER_ENGINE, dict(engine.speculative_config)
+        if (
+            kaito.config_speculative_config is not None
+            and dict(kaito.config_speculative_config) != config
+        ):
+            warnings.append(
+                f"the speculative-config in {kaito.config_path} is not used: the engine was "
+                "given its own, which wins"
+            )
+    elif kaito.config_speculative_config is not None:
+        source, config = SOURCE_USER_FILE, dict(kaito.config_speculative_config)
+    else:
+        candidates = (kaito.preset, *engine.served_model_names, engine.model)
+        if not any(candidates):
+            errors.append(
+                f"{ANNOTATION_KEY}=\"true\" needs a preset inference target, and none was "
+                "found: set KAITO_PRESET_NAME, --served-model-name or --model"
+            )
+            return Decision(False, SOURCE_OFF, platform=caps.platform, errors=tuple(errors))
+        match = presets.find(candidates)
+        if match is not None:
+            tuned, matched = match
+            source, config, preset_name = SOURCE_TUNED, dict(tuned.speculative_config), matched
+        else:
+            source, config = SOURCE_FALLBACK, dict(NGRAM_FALLBACK)
+            preset_name = next(name for name in candidates if name)
+
+    errors += _config_errors(config, source, caps)
+    if errors:
+        return Decision(False, source, platform=caps.platform, errors=tuple(errors))
+
+    config = _cap_num_tokens(config, caps, warnings)
+    method = config.get("method")
+    model_impl = "vllm"
+    if engine.model_impl not in (None, "auto", "vllm"):
+        warnings.append(
+            f"model_impl {engine.model_impl!r} -> 'vllm': speculative decoding runs on the vLLM "
+            "model implementation only (RBLN's optimum path refuses it)"
+        )
+    async_scheduling = engine.async_scheduling
+    async_reason = _async_incompatibility(method, caps)
+    if async_reason and engine.async_scheduling is not False:
+        async_scheduling = False
+        asked = "--async-scheduling" if engine.async_scheduling else "async scheduling (default)"
+        warnings.append(f"{asked} turned off: {async_reason}")
+    return Decision(
+        enabled=True,
+        source=source,
+        method=method,
+        speculative_config=config,
+        model_impl=model_impl,
+        async_scheduling=async_scheduling,
+        preset=preset_name,
+        platform=caps.platform,
+        warnings=tuple(warnings),
+    )
+
+
+def _read_opt_in(annotation: Annotation) -> tuple[bool, tuple[str, ...]]:
+    if annotation.value is None or annotation.value == "false":
+        return False, ()
+    if annotation.value == "true":
+        return True, ()
+    return False, (
+        f"annotation {ANNOTATION_KEY} (from {annotation.source}) is "
+        f"{quote_value(annotation.value)}; allowed values are exactly \"true\" or \"false\" "
+        "(lower case, quoted in YAML)",
+    )
+
+
+def _runtime_errors(runtime: Annotation) -> tuple[str, ...]:
+    if runtime.value is None or runtime.value == "vllm":
+        return ()
+    return (
+        f"{ANNOTATION_KEY}=\"true\" needs the vLLM runtime, but {RUNTIME_KEY} (from "
+        f"{runtime.source}) is {quote_value(runtime.value)}; set {RUNTIME_KEY}: \"vllm\" or "
+        f"{ANNOTATION_KEY}: \"false\"",
+    )
+
+
+def _config_errors(config: Mapping[str, Any], source: str, caps: PlatformCapabilities) -> list:
+    method, draft = config.get("method"), config.get("model")
+    where = f"speculative-config from {source}"
+    if method is None:
+        if draft is None:
+            return [f"{where} has neither `method` nor `model`; set `method`, one of "
+                    f"{', '.join(PROMISED_METHODS)}"]
+        return []  # vLLM infers the method from the draft checkpoint
+    if not isinstance(method, str):
+        return [f"{where}: `method` must be a string, got {quote_value(method)}"]
+    errors = []
+    if method not in caps.methods:
+        errors.append(
+            f"{where}: method {method!r} is not supported on {_engine_name(caps)}; use one of "
+            f"{', '.join(m for m in PROMISED_METHODS if m in caps.methods)}"
+        )
+    elif method in DRAFT_MODEL_METHODS and not draft:
+        errors.append(
+            f"{where}: method {method!r} needs a draft checkpoint; add \"model\": "
+            "\"<draft repo id or path>\", or use a draft-free method (ngram, suffix)"
+        )
+    elif method == "suffix" and not caps.suffix_available:
+        errors.append(
+            f"{where}: method 'suffix' needs the arctic_inference package, which is not "
+            "installed; pip install arctic-inference (or the plugin's [suffix] extra)"
+        )
+    tokens = config.get("num_speculative_tokens")
+    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int)
+                               or tokens < 1):
+        errors.append(
+            f"{where}: num_speculative_tokens must be a positive integer, got "
+            f"{quote_value(tokens)}"
+        )
+    return errors
+
+
+def _cap_num_tokens(config: dict, caps: PlatformCapabilities, warnings: list[str]) -> dict:
+    tokens, cap = config.get("num_speculative_tokens"), caps.max_num_speculative_tokens
+    if cap is None or tokens is None or tokens <= cap:
+        return config
+    warnings.append(
+        f"num_speculative_tokens {tokens} -> {cap}: the {caps.platform} sampler handles at most "
+        f"{cap} speculative tokens"
+    )
+    return {**config, "num_speculative_tokens": cap}
+
+
+def _async_incompatibility(method: str | None, caps: PlatformCapabilities) -> str | None:
+    if not caps.async_methods:
+        return (f"{caps.platform} runs speculative decoding with synchronous scheduling only")
+    if method is not None and method not in caps.async_methods:
+        return (
+            f"{_engine_name(caps)} runs {method!r} speculative decoding with synchronous "
+            "scheduling only (async works with: "
+            f"{', '.join(m for m in PROMISED_METHODS if m in caps.async_methods)})"
+        )
+    return None
+
+
+def _engine_name(caps: PlatformCapabilities) -> str:
+    version = f" {caps.vllm_version}" if caps.vllm_version else ""
+    return f"vLLM{version} on {caps.platform}"

@@ -1,0 +1,165 @@
+"""The engine hook: applies the decision to `EngineArgs` before vLLM builds its `VllmConfig`.
+
+`EngineArgs.create_engine_config()` is the one call `vllm serve`, `LLM()` and `AsyncLLM` all make
+before the config exists, so the plugin wraps it. vllm-rbln wraps it too and reads `model_impl`
+on entry; our wrapper must therefore be the outer one, whichever plugin loads first.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+from typing import Any
+
+from vllm.logger import init_logger
+
+from vllm_specdec_plugin.decision import SOURCE_USER_ENGINE, Decision, EngineRequest
+from vllm_specdec_plugin.errors import SpecDecodeConfigError
+from vllm_specdec_plugin.resolve import is_opted_in, read_opt_in, resolve
+
+logger = init_logger("vllm.specdec_plugin")
+
+ENV_ON_ERROR = "VLLM_SPECDEC_ON_ERROR"
+ON_ERROR_CHOICES = ("fail", "serve-without")
+_PATCHED = "_specdec_plugin_patched"
+_APPLIED = "_specdec_plugin_decision"
+_SPEC_FLAGS = (("spec_method", "method"), ("spec_model", "model"),
+               ("spec_tokens", "num_speculative_tokens"))
+
+
+def install() -> None:
+    """Wrap `EngineArgs.create_engine_config` once per process (idempotent)."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    if getattr(EngineArgs, _PATCHED, False):
+        return
+    _let_rbln_wrap_first()
+    original = EngineArgs.create_engine_config
+
+    @functools.wraps(original)
+    def create_engine_config(self: Any, *args: Any, **kwargs: Any) -> Any:
+        _configure_vllm_logging(self)
+        apply_to_engine_args(self)
+        return original(self, *args, **kwargs)
+
+    EngineArgs.create_engine_config = create_engine_config
+    setattr(EngineArgs, _PATCHED, True)
+
+
+def _configure_vllm_logging(args: Any) -> None:
+    """Configure vLLM's logging as create_engine_config is about to, so our line is not lost.
+
+    vLLM >= 0.32 configures logging lazily as the first step of create_engine_config; doing it
+    once more is a no-op. Older vLLM configures it at import.
+    """
+    make_config = getattr(args, "create_logging_config", None)
+    if make_config is None:
+        return
+    try:
+        from vllm.logger import configure_logging_if_needed
+    except ImportError:
+        return
+    configure_logging_if_needed(make_config())
+
+
+def _let_rbln_wrap_first() -> None:
+    """Have vllm-rbln install its own wrapper now, so ours ends up outside it.
+
+    vllm-rbln's wrapper is guarded by `_rbln_model_impl_patched`, so its own plugin will not wrap
+    again later. Done only where vllm-rbln's ops plugin would load anyway.
+    """
+    if importlib.util.find_spec("vllm_rbln") is None:
+        return
+    import vllm.envs as envs
+
+    allowed = envs.VLLM_PLUGINS
+    if allowed is not None and "rbln_custom_ops" not in allowed:
+        return
+    try:
+        from vllm_rbln.platform import RblnPlatform
+
+        RblnPlatform._capture_model_impl()
+    except Exception as exc:  # an RBLN install that cannot load is its own plugin's to report
+        logger.debug("vllm-rbln model-path wrapper not installed early: %s", exc)
+
+
+def engine_request(args: Any) -> EngineRequest:
+    """The decision's view of the engine arguments (--spec-* merged as vLLM merges them)."""
+    spec = dict(args.speculative_config) if args.speculative_config is not None else None
+    for attr, key in _SPEC_FLAGS:
+        value = getattr(args, attr, None)
+        if value is not None:
+            spec = {**(spec or {}), key: value}
+    names = args.served_model_name
+    if isinstance(names, str):
+        names = [names]
+    model_impl = getattr(args, "model_impl", None)
+    return EngineRequest(
+        model=args.model,
+        served_model_names=tuple(names or ()),
+        speculative_config=spec,
+        model_impl=None if model_impl is None else str(getattr(model_impl, "value", model_impl)),
+        async_scheduling=getattr(args, "async_scheduling", None),
+    )
+
+
+def apply_to_engine_args(args: Any) -> Decision | None:
+    """Decide for these engine arguments and apply the decision to them (once per object)."""
+    if getattr(args, _APPLIED, None) is not None:
+        return getattr(args, _APPLIED)
+    environ = os.environ
+    try:
+        annotation = read_opt_in(environ)
+        if not is_opted_in(annotation):
+            logger.debug("speculative decoding not opted in (%s)", annotation.source)
+            return None
+        decision = _decide(args, environ, annotation)
+    except SpecDecodeConfigError as exc:
+        logger.error("%s", exc.message)
+        raise
+    except Exception as exc:
+        return _plugin_failed(exc)
+    if decision.errors:
+        message = "; ".join(decision.errors)
+        logger.error("%s", message)
+        raise SpecDecodeConfigError(message)
+    _apply(args, decision)
+    setattr(args, _APPLIED, decision)
+    logger.info("%s", decision.summary())
+    for warning in decision.warnings:
+        logger.warning("speculative decoding: %s", warning)
+    return decision
+
+
+def _decide(args: Any, environ: Any, annotation: Any) -> Decision:
+    from vllm_specdec_plugin.capabilities import current_vllm_platform
+
+    return resolve(environ, engine_request(args), current_vllm_platform(), annotation=annotation)
+
+
+def _apply(args: Any, decision: Decision) -> None:
+    requested = engine_request(args)
+    if not (decision.source == SOURCE_USER_ENGINE
+            and decision.speculative_config == requested.speculative_config):
+        args.speculative_config = dict(decision.speculative_config or {})
+        for attr, _ in _SPEC_FLAGS:
+            if getattr(args, attr, None) is not None:
+                setattr(args, attr, None)
+    args.model_impl = decision.model_impl
+    if decision.async_scheduling is False:
+        args.async_scheduling = False
+
+
+def _plugin_failed(exc: Exception) -> None:
+    policy = os.environ.get(ENV_ON_ERROR, "fail")
+    cause = f"{type(exc).__name__}: {exc}"
+    if policy == "serve-without":
+        logger.warning(
+            "vllm-specdec-plugin failed (%s); serving WITHOUT speculative decoding because "
+            "%s=serve-without", cause, ENV_ON_ERROR)
+        return None
+    raise SpecDecodeConfigError(
+        f"the plugin failed while choosing the speculative config ({cause}); the engine does "
+        f"not start. Set {ENV_ON_ERROR}=serve-without to serve without speculation instead"
+    ) from exc

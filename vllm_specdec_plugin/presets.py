@@ -1,0 +1,121 @@
+"""The tuned-preset table: a YAML file in the package, extended by `VLLM_SPECDEC_PRESETS_FILE`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from vllm_specdec_plugin.errors import SpecDecodeConfigError, quote_value
+
+ENV_PRESETS_FILE = "VLLM_SPECDEC_PRESETS_FILE"
+
+
+@dataclass(frozen=True)
+class TunedPreset:
+    """One preset with a KAITO-tuned speculative config."""
+
+    name: str
+    speculative_config: Mapping[str, Any]
+    aliases: tuple[str, ...] = ()
+
+    def names(self) -> tuple[str, ...]:
+        return (self.name, *self.aliases)
+
+
+@dataclass(frozen=True)
+class PresetTable:
+    """Tuned presets, looked up case-insensitively by preset name, alias or model id."""
+
+    presets: tuple[TunedPreset, ...] = field(default_factory=tuple)
+
+    def find(self, candidates: Iterable[str | None]) -> tuple[TunedPreset, str] | None:
+        """The first candidate name that matches a tuned preset, with the name that matched.
+
+        A local checkpoint path matches on its trailing `org/name` or `name`.
+        """
+        index = {alias.lower(): preset for preset in self.presets for alias in preset.names()}
+        for candidate in candidates:
+            if not candidate:
+                continue
+            for key in _lookup_keys(candidate):
+                if key in index:
+                    return index[key], candidate
+        return None
+
+
+def _lookup_keys(name: str) -> list[str]:
+    parts = [part for part in name.strip().rstrip("/").split("/") if part]
+    keys = [name.strip().lower()]
+    if len(parts) >= 2:
+        keys.append("/".join(parts[-2:]).lower())
+    if parts:
+        keys.append(parts[-1].lower())
+    return keys
+
+
+def parse_preset_table(text: str, source: str) -> PresetTable:
+    """Parse a presets YAML document (safe_load) into a table."""
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{source}:{mark.line + 1}" if mark is not None else source
+        raise SpecDecodeConfigError(f"presets file {where} is not valid YAML; fix it") from None
+    if not isinstance(document, dict) or not isinstance(document.get("presets"), list):
+        raise SpecDecodeConfigError(
+            f"presets file {source} must be a mapping with a `presets:` list of "
+            "{name, aliases, speculative_config} entries"
+        )
+    default = document.get("default_speculative_config", {"method": "mtp",
+                                                         "num_speculative_tokens": 1})
+    if not isinstance(default, dict):
+        raise SpecDecodeConfigError(
+            f"default_speculative_config in presets file {source} must be a mapping"
+        )
+    presets = []
+    for number, entry in enumerate(document["presets"], start=1):
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            raise SpecDecodeConfigError(
+                f"entry {number} of presets file {source} needs a string `name`, got "
+                f"{quote_value(entry)}"
+            )
+        aliases = entry.get("aliases", [])
+        config = entry.get("speculative_config", default)
+        if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
+            raise SpecDecodeConfigError(
+                f"aliases of preset {entry['name']!r} in {source} must be a list of strings"
+            )
+        if not isinstance(config, dict) or "method" not in config:
+            raise SpecDecodeConfigError(
+                f"speculative_config of preset {entry['name']!r} in {source} must be a "
+                "mapping with a `method`"
+            )
+        presets.append(TunedPreset(entry["name"], dict(config), tuple(aliases)))
+    return PresetTable(tuple(presets))
+
+
+def builtin_preset_table() -> PresetTable:
+    text = resources.files("vllm_specdec_plugin").joinpath("presets.yaml").read_text()
+    return parse_preset_table(text, "vllm_specdec_plugin/presets.yaml")
+
+
+def load_preset_table(environ: Mapping[str, str]) -> PresetTable:
+    """The built-in table, with the user's file (if any) in front of it."""
+    table = builtin_preset_table()
+    path = environ.get(ENV_PRESETS_FILE)
+    if not path:
+        return table
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecDecodeConfigError(
+            f"{ENV_PRESETS_FILE}={quote_value(path)} cannot be read ({exc}); point it at a "
+            "presets YAML file or unset it"
+        ) from None
+    user = parse_preset_table(text, path)
+    return PresetTable(user.presets + table.presets)

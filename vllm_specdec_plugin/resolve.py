@@ -1,0 +1,85 @@
+"""Gather the decision's inputs from env, files and engine arguments, and decide.
+
+Shared by the engine hook and the explain CLI so both always reach the same decision. The
+opt-in is read first and alone: when it is absent or "false" nothing else is read, so no other
+input (a broken presets or config file) can affect an engine that did not opt in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from vllm_specdec_plugin.capabilities import capabilities_for
+from vllm_specdec_plugin.decision import (
+    Decision,
+    EngineRequest,
+    KaitoRequest,
+    PlatformCapabilities,
+    decide,
+)
+from vllm_specdec_plugin.errors import SpecDecodeConfigError
+from vllm_specdec_plugin.inputs import (
+    ANNOTATION_KEY,
+    ENV_ANNOTATION,
+    ENV_PRESET_NAME,
+    ENV_RUNTIME,
+    RUNTIME_KEY,
+    Annotation,
+    load_inference_config,
+    read_annotation,
+)
+from vllm_specdec_plugin.presets import PresetTable, load_preset_table
+
+
+def read_opt_in(environ: Mapping[str, str]) -> Annotation:
+    """The opt-in annotation, from env or the downward-API file."""
+    return read_annotation(environ, ANNOTATION_KEY, ENV_ANNOTATION)
+
+
+def is_opted_in(annotation: Annotation) -> bool:
+    """True for exactly "true"; an invalid value counts too, so that it gets its error."""
+    return annotation.value is not None and annotation.value != "false"
+
+
+def resolve(
+    environ: Mapping[str, str],
+    engine: EngineRequest,
+    platform: str,
+    *,
+    annotation: Annotation | None = None,
+    caps: PlatformCapabilities | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Decision:
+    """The decision for one engine start; input errors come back in `Decision.errors`.
+
+    `overrides` replaces fields of the KaitoRequest read from env/files (the CLI's flags).
+    """
+    overrides = dict(overrides or {})
+    try:
+        if annotation is None:
+            annotation = overrides.pop("annotation", None) or read_opt_in(environ)
+        else:
+            overrides.pop("annotation", None)
+        caps = caps or capabilities_for(platform)
+        if not is_opted_in(annotation):
+            return decide(KaitoRequest(annotation), engine, caps, PresetTable())
+        kaito = read_kaito_request(environ, annotation)
+        if overrides:
+            kaito = replace(kaito, **overrides)
+        return decide(kaito, engine, caps, load_preset_table(environ))
+    except SpecDecodeConfigError as exc:
+        return Decision(False, "off", platform=platform, errors=(exc.message,))
+
+
+def read_kaito_request(environ: Mapping[str, str], annotation: Annotation) -> KaitoRequest:
+    """Everything KAITO tells an opted-in engine: runtime, preset, the inference config."""
+    config = load_inference_config(environ)
+    return KaitoRequest(
+        annotation=annotation,
+        runtime=read_annotation(environ, RUNTIME_KEY, ENV_RUNTIME),
+        preset=environ.get(ENV_PRESET_NAME) or None,
+        config_speculative_config=config.speculative_config,
+        config_path=config.path,
+    )
