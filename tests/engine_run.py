@@ -69,6 +69,7 @@ def main() -> None:
         "token_ids": [list(o.outputs[0].token_ids) for o in outputs],
         "metrics": counters(llm),
     }))
+    llm.llm_engine.engine_core.shutdown()  # do not leave the engine-core process behind
 
 
 if __name__ == "__main__":

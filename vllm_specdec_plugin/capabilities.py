@@ -7,12 +7,11 @@ from collections.abc import Iterable
 from typing import Any, get_args
 
 from vllm_specdec_plugin.decision import PlatformCapabilities
-
-# RBLN NPUs (vllm-rbln 0.12, the RBLN speculative-decoding page): the validated proposers, and
-# the most speculative tokens its default on-NPU sampler handles.
-RBLN_METHODS = frozenset({"ngram", "suffix", "eagle", "eagle3", "medusa", "mtp", "dflash"})
-RBLN_MAX_SPECULATIVE_TOKENS = 32
-RBLN_MAX_SPECULATIVE_TOKENS_UPSTREAM_SAMPLER = 128
+from vllm_specdec_plugin.rbln import (
+    RBLN_MAX_SPECULATIVE_TOKENS,
+    RBLN_MAX_SPECULATIVE_TOKENS_UPSTREAM_SAMPLER,
+    RBLN_METHODS,
+)
 
 # Used only where vLLM cannot be imported (the explain CLI on a machine without it).
 _FALLBACK_METHODS = frozenset(
@@ -22,8 +21,6 @@ _FALLBACK_ASYNC_METHODS = frozenset({"eagle", "eagle3", "mtp", "draft_model"})
 # Methods vLLM's VllmConfig accepts with async scheduling besides the EAGLE/MTP family
 # (vllm/config/vllm.py names them as strings, not as a Literal type).
 _ASYNC_EXTRA_METHODS = frozenset({"draft_model", "dspark", "dflash"})
-
-PLATFORMS = ("cuda", "rbln", "cpu")
 
 
 def _flatten_literal(tp: Any) -> set[str]:
@@ -69,6 +66,7 @@ def current_vllm_platform() -> str:
 def capabilities_for(
     platform: str,
     *,
+    device_name: str | None = None,
     rbln_upstream_sampler: bool = False,
     vllm_info: tuple[str | None, Iterable[str], Iterable[str]] | None = None,
 ) -> PlatformCapabilities:
@@ -91,4 +89,5 @@ def capabilities_for(
         async_methods=async_methods,
         max_num_speculative_tokens=max_tokens,
         suffix_available=importlib.util.find_spec("arctic_inference") is not None,
+        device_name=device_name,
     )

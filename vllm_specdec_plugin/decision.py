@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from vllm_specdec_plugin import rbln
 from vllm_specdec_plugin.errors import quote_value
 from vllm_specdec_plugin.inputs import ANNOTATION_KEY, RUNTIME_KEY, Annotation
 from vllm_specdec_plugin.presets import PresetTable
@@ -47,6 +48,8 @@ class PlatformCapabilities:
     """The platform's cap on num_speculative_tokens (RBLN's sampler), None for no cap."""
     suffix_available: bool = False
     """Whether `arctic_inference`, which the suffix method needs, is importable."""
+    device_name: str | None = None
+    """The accelerator's model name where known (RBLN ATOM NPUs refuse the vllm path)."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,8 @@ class EngineRequest:
     """Given to the engine directly: --speculative-config, --spec-*, LLM(speculative_config=)."""
     model_impl: str | None = "auto"
     async_scheduling: bool | None = None
+    rbln_legacy_model_env: str | None = None
+    """vllm-rbln's deprecated VLLM_RBLN_USE_VLLM_MODEL, which it checks against model_impl."""
 
 
 @dataclass(frozen=True)
@@ -118,21 +123,21 @@ def decide(
     if not opt_in:
         return Decision(False, SOURCE_OFF, platform=caps.platform)
 
-    errors = list(_runtime_errors(kaito.runtime))
+    errors = list(_runtime_errors(kaito.runtime)) + list(_platform_errors(engine, caps))
     warnings: list[str] = []
     preset_name = None
+    file_config = kaito.config_speculative_config
     if engine.speculative_config is not None:
-        source, config = SOURCE_USER_ENGINE, dict(engine.speculative_config)
-        if (
-            kaito.config_speculative_config is not None
-            and dict(kaito.config_speculative_config) != config
-        ):
+        config = dict(engine.speculative_config)
+        # The launcher passes the file's config on as a flag: same config, the file's source.
+        source = SOURCE_USER_FILE if file_config == config else SOURCE_USER_ENGINE
+        if file_config is not None and dict(file_config) != config:
             warnings.append(
                 f"the speculative-config in {kaito.config_path} is not used: the engine was "
                 "given its own, which wins"
             )
-    elif kaito.config_speculative_config is not None:
-        source, config = SOURCE_USER_FILE, dict(kaito.config_speculative_config)
+    elif file_config is not None:
+        source, config = SOURCE_USER_FILE, dict(file_config)
     else:
         candidates = (kaito.preset, *engine.served_model_names, engine.model)
         if not any(candidates):
@@ -190,6 +195,17 @@ def _read_opt_in(annotation: Annotation) -> tuple[bool, tuple[str, ...]]:
         f"{quote_value(annotation.value)}; allowed values are exactly \"true\" or \"false\" "
         "(lower case, quoted in YAML)",
     )
+
+
+def _platform_errors(engine: EngineRequest, caps: PlatformCapabilities) -> tuple[str, ...]:
+    if caps.platform != "rbln":
+        return ()
+    if rbln.is_atom(caps.device_name):
+        return (rbln.atom_refusal(caps.device_name or ""),)
+    conflict = rbln.legacy_model_env_conflict(
+        {} if engine.rbln_legacy_model_env is None
+        else {rbln.LEGACY_MODEL_ENV: engine.rbln_legacy_model_env})
+    return (conflict,) if conflict else ()
 
 
 def _runtime_errors(runtime: Annotation) -> tuple[str, ...]:

@@ -14,8 +14,9 @@ from typing import Any
 
 from vllm.logger import init_logger
 
-from vllm_specdec_plugin.decision import SOURCE_USER_ENGINE, Decision, EngineRequest
+from vllm_specdec_plugin.decision import Decision, EngineRequest
 from vllm_specdec_plugin.errors import SpecDecodeConfigError
+from vllm_specdec_plugin.rbln import LEGACY_MODEL_ENV
 from vllm_specdec_plugin.resolve import is_opted_in, read_opt_in, resolve
 
 logger = init_logger("vllm.specdec_plugin")
@@ -84,7 +85,7 @@ def _let_rbln_wrap_first() -> None:
         logger.debug("vllm-rbln model-path wrapper not installed early: %s", exc)
 
 
-def engine_request(args: Any) -> EngineRequest:
+def engine_request(args: Any, environ: Any = None) -> EngineRequest:
     """The decision's view of the engine arguments (--spec-* merged as vLLM merges them)."""
     spec = dict(args.speculative_config) if args.speculative_config is not None else None
     for attr, key in _SPEC_FLAGS:
@@ -101,6 +102,7 @@ def engine_request(args: Any) -> EngineRequest:
         speculative_config=spec,
         model_impl=None if model_impl is None else str(getattr(model_impl, "value", model_impl)),
         async_scheduling=getattr(args, "async_scheduling", None),
+        rbln_legacy_model_env=(environ or {}).get(LEGACY_MODEL_ENV),
     )
 
 
@@ -133,15 +135,27 @@ def apply_to_engine_args(args: Any) -> Decision | None:
 
 
 def _decide(args: Any, environ: Any, annotation: Any) -> Decision:
-    from vllm_specdec_plugin.capabilities import current_vllm_platform
+    from vllm_specdec_plugin.capabilities import capabilities_for, current_vllm_platform
 
-    return resolve(environ, engine_request(args), current_vllm_platform(), annotation=annotation)
+    platform = current_vllm_platform()
+    caps = capabilities_for(platform, device_name=_device_name() if platform == "rbln" else None)
+    return resolve(environ, engine_request(args, environ), platform, annotation=annotation,
+                   caps=caps)
+
+
+def _device_name() -> str | None:
+    from vllm.platforms import current_platform
+
+    try:
+        return current_platform.get_device_name()
+    except Exception as exc:  # no NPU visible (e.g. a compile-only host): no ATOM check
+        logger.debug("RBLN device name unknown: %s", exc)
+        return None
 
 
 def _apply(args: Any, decision: Decision) -> None:
     requested = engine_request(args)
-    if not (decision.source == SOURCE_USER_ENGINE
-            and decision.speculative_config == requested.speculative_config):
+    if decision.speculative_config != requested.speculative_config:
         args.speculative_config = dict(decision.speculative_config or {})
         for attr, _ in _SPEC_FLAGS:
             if getattr(args, attr, None) is not None:

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vllm_specdec_plugin.errors import SpecDecodeConfigError, quote_value
+from vllm_specdec_plugin.rbln import is_atom
 
 PLATFORMS = ("rbln", "cuda", "cpu")
 RBLN_TOOLS = ("rbln-smi", "rbln-stat")
 RBLN_NAME = re.compile(r"\bRBLN-[A-Z]{1,4}\d+[A-Z0-9]*\b")
-ATOM_PREFIX = "RBLN-CA"
 _NVIDIA_LINE = re.compile(r"^GPU (\d+): (.+?)(?: \(UUID: ([^)]+)\))?$")
 _TOOL_TIMEOUT_S = 10
 
@@ -37,7 +37,7 @@ class Host:
 
     @property
     def is_atom(self) -> bool:
-        return any(name.upper().startswith(ATOM_PREFIX) for name in self.device_names)
+        return any(is_atom(name) for name in self.device_names)
 
 
 def _run_tool(tool: str, args: list[str], path_env: str | None) -> str | None:

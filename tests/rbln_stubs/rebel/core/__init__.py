@@ -1,0 +1,1 @@
+# vllm_rbln/compilation/backends.py:24

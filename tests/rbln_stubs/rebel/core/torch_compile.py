@@ -1,2 +1,3 @@
+# vllm_rbln/compilation/backends.py:24
 def rbln_backend(graph_module, example_inputs, **kwargs):
-    raise NotImplementedError("rebel stand-in: no RBLN compiler")
+    raise NotImplementedError("rbln_backend: rebel stand-in, no RBLN compiler")

@@ -1,0 +1,1 @@
+# Registers no torch ops: calling torch.ops.rbln_custom_ops.* fails here.

@@ -1,0 +1,71 @@
+"""The configurations the benchmark compares: one row each, one fresh engine each.
+
+Add a row to `CONFIGURATIONS` to benchmark another setup (e.g. a `plugin-schedule` row with
+`env={"KAITO_ENABLE_SPECULATIVE_DECODING": "true", "VLLM_SPECDEC_SCHEDULE": ...}`). A row's
+`speculative_config` goes to `LLM(speculative_config=...)` as given; its `env` is added to a
+clean process env (no plugin inputs from the caller's shell).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from vllm_specdec_plugin.decision import NGRAM_FALLBACK
+
+BASELINE = "none"
+OPT_IN = {"KAITO_ENABLE_SPECULATIVE_DECODING": "true"}
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """One engine setup to benchmark."""
+
+    name: str
+    description: str
+    speculative_config: Mapping[str, Any] | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    requires_module: str | None = None
+    """A module that must import for this configuration to run (e.g. arctic_inference)."""
+    platforms: tuple[str, ...] | None = None
+    """Platforms ("cpu", "cuda", "rbln") it runs on; None for all."""
+    uses_plugin: bool = False
+    """The plugin decides the speculative config: record its decision."""
+
+
+CONFIGURATIONS: tuple[Configuration, ...] = (
+    Configuration(BASELINE, "no speculative decoding"),
+    Configuration("kaito-static", "KAITO's fallback passed explicitly: ngram k=5 lookup_max=4",
+                  speculative_config=dict(NGRAM_FALLBACK)),
+    Configuration("plugin", "no speculative_config; KAITO opt-in env: the plugin decides",
+                  env=OPT_IN, uses_plugin=True),
+    Configuration("suffix", "suffix decoding (arctic-inference), vLLM defaults",
+                  speculative_config={"method": "suffix"}, requires_module="arctic_inference"),
+    Configuration("ngram-gpu", "ngram on the GPU, KAITO's k=5 lookup_max=4",
+                  speculative_config={**NGRAM_FALLBACK, "method": "ngram_gpu"},
+                  platforms=("cuda",)),
+)
+
+QUICK_CONFIGURATIONS = (BASELINE, "plugin")
+
+
+def by_name(names: list[str] | None) -> list[Configuration]:
+    """The named configurations in table order (all when `names` is None); baseline first."""
+    known = {config.name: config for config in CONFIGURATIONS}
+    unknown = sorted(set(names or ()) - set(known))
+    if unknown:
+        raise ValueError(f"unknown configuration(s) {unknown}; known: {sorted(known)}")
+    wanted = set(names or known) | {BASELINE}
+    return [config for config in CONFIGURATIONS if config.name in wanted]
+
+
+def unavailable_reason(config: Configuration, platform: str) -> str | None:
+    """Why `config` cannot run here, or None when it can."""
+    if config.platforms is not None and platform not in config.platforms:
+        return f"runs on {', '.join(config.platforms)} only; this platform is {platform}"
+    module = config.requires_module
+    if module is not None and importlib.util.find_spec(module) is None:
+        return f"needs the {module} package, which does not import here"
+    return None

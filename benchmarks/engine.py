@@ -1,0 +1,153 @@
+"""One configuration's engine: start `LLM()` once, run every cell, write what happened as JSON.
+
+Run by `benchmarks/run.py` as `python -m benchmarks.engine SPEC.json OUT.json` in a fresh
+process (and process group) per configuration, so engines never share state (suffix decoding's
+cache, the prefix cache, the plugin's one-time hook) and a stuck engine is killed whole.
+
+How concurrency is measured: the engine is started once with `max_num_seqs` = the highest
+concurrency, and each cell drives it in a closed loop through `LLMEngine.add_request`/`step`:
+exactly N requests are in flight from the start, and each finished request is replaced by the
+next one until the cell's requests run out (like N users each sending their next request as soon
+as the previous answer arrives, or `vllm bench serve --max-concurrency N`). That is the batch size
+the scheduler and the speculator see, without restarting the engine per level. A cell with as
+many requests as N is one wave (concurrency falls off in its tail); more requests keep it at N.
+Per-request timing comes from the engine core's own timestamps (`RequestOutput.metrics`, filled
+because stats logging is on): TPOT = (last token - first token) / (tokens - 1).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections import deque
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+WARMUP_PROMPT = [{"role": "user", "content": "Count from one to twenty in words."}]
+SPEC_COUNTERS = {
+    "vllm:spec_decode_num_drafts": "drafts",
+    "vllm:spec_decode_num_draft_tokens": "draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens": "accepted",
+}
+
+
+def render(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
+    """Prompt token ids: the chat template when the model has one, else a plain transcript."""
+    if getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                             tokenize=False)
+        return list(tokenizer.encode(text, add_special_tokens=False))
+    text = "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant: "
+    return list(tokenizer.encode(text))
+
+
+def spec_counters(llm: Any) -> dict[str, float]:
+    """The speculative-decoding counters right now (0 when speculation is off)."""
+    values = dict.fromkeys(SPEC_COUNTERS.values(), 0.0)
+    for metric in llm.get_metrics():
+        key = SPEC_COUNTERS.get(metric.name)
+        if key is not None and hasattr(metric, "value"):
+            values[key] += float(metric.value)
+    return values
+
+
+def closed_loop(engine: Any, prompts: list[tuple[str, list[int]]], concurrency: int,
+                params: Any) -> Iterator[Any]:
+    """Keep `concurrency` requests in flight until `prompts` run out; yield finished outputs."""
+    pending = deque(prompts)
+    in_flight = 0
+    while pending and in_flight < concurrency:
+        engine.add_request(*pending.popleft(), params)
+        in_flight += 1
+    while engine.has_unfinished_requests():
+        for output in engine.step():
+            if not output.finished:
+                continue
+            in_flight -= 1
+            yield output
+            if pending:
+                engine.add_request(*pending.popleft(), params)
+                in_flight += 1
+
+
+def request_record(output: Any) -> dict[str, Any]:
+    """Tokens and engine-core timing of one finished request."""
+    completion = output.outputs[0]
+    stats = output.metrics
+    n = len(completion.token_ids)
+    decode_s = stats.last_token_ts - stats.first_token_ts if stats is not None else None
+    return {
+        "id": output.request_id,
+        "token_ids": list(completion.token_ids),
+        "finish_reason": completion.finish_reason,
+        "ttft_s": None if stats is None else stats.first_token_ts - stats.queued_ts,
+        "tpot_s": decode_s / (n - 1) if decode_s is not None and n > 1 else None,
+    }
+
+
+def run_cell(llm: Any, cell: dict[str, Any], params: Any) -> dict[str, Any]:
+    """Run one workload x concurrency cell; counters are deltas over the cell."""
+    tokenizer = llm.get_tokenizer()
+    tag = f"{cell['workload']}-c{cell['concurrency']}"
+    prompts = [(f"{tag}-{p['id']}", render(tokenizer, p["messages"])) for p in cell["prompts"]]
+    before = spec_counters(llm)
+    start = time.perf_counter()
+    outputs = list(closed_loop(llm.llm_engine, prompts, cell["concurrency"], params))
+    elapsed = time.perf_counter() - start
+    after = spec_counters(llm)
+    records = {o.request_id: request_record(o) for o in outputs}
+    return {
+        "workload": cell["workload"],
+        "concurrency": cell["concurrency"],
+        "elapsed_s": elapsed,
+        "prompt_tokens": sum(len(ids) for _, ids in prompts),
+        "spec": {key: after[key] - before[key] for key in after},
+        "requests": [{**records[rid], "id": rid.removeprefix(f"{tag}-")} for rid, _ in prompts],
+    }
+
+
+def resolved_config(llm: Any) -> dict[str, Any]:
+    """The speculative config the engine actually runs with (after the plugin and vLLM)."""
+    config = llm.llm_engine.vllm_config
+    spec = config.speculative_config
+    keys = ("method", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max",
+            "suffix_decoding_max_tree_depth", "num_speculative_tokens_per_batch_size")
+    return {
+        "speculative_config": None if spec is None else {
+            key: getattr(spec, key) for key in keys if getattr(spec, key, None) is not None},
+        "model_impl": str(config.model_config.model_impl),
+        "async_scheduling": config.scheduler_config.async_scheduling,
+        "max_num_seqs": config.scheduler_config.max_num_seqs,
+    }
+
+
+def sampling_params(max_tokens: int) -> Any:
+    """Greedy, stop at EOS, final outputs only."""
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    return SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=False,
+                          output_kind=RequestOutputKind.FINAL_ONLY)
+
+
+def main(spec_path: str, out_path: str) -> None:
+    """Start the engine, warm it up, run the cells, write the result."""
+    spec = json.loads(Path(spec_path).read_text())
+    from vllm import LLM
+
+    start = time.perf_counter()
+    llm = LLM(**spec["llm"])
+    startup_s = time.perf_counter() - start
+    params = sampling_params(spec["max_tokens"])
+    warmup = {"workload": "warmup", "concurrency": 2,
+              "prompts": [{"id": str(i), "messages": WARMUP_PROMPT} for i in range(2)]}
+    run_cell(llm, warmup, sampling_params(8))
+    cells = [run_cell(llm, cell, params) for cell in spec["cells"]]
+    result = {"startup_s": startup_s, "resolved": resolved_config(llm), "cells": cells}
+    Path(out_path).write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The test command: set up the environment if needed, lint, run every test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup-env.sh
+. .venv/bin/activate
+ruff check vllm_specdec_plugin tests benchmarks
+python -m pytest -ra --durations=15 "$@"

@@ -1,0 +1,275 @@
+"""`vllm-specdec-launch`: one container entrypoint serving on RBLN NPU, NVIDIA GPU and CPU hosts.
+
+Builds the `vllm serve` command the way KAITO does (defaults, then the inference config's `vllm:`
+keys as flags, the file winning), adds per-host defaults, checks the plugin's decision up front,
+then replaces itself with vLLM (exec) so signals reach vLLM directly as PID 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vllm_specdec_plugin import rbln
+from vllm_specdec_plugin.capabilities import capabilities_for
+from vllm_specdec_plugin.decision import EngineRequest
+from vllm_specdec_plugin.errors import SpecDecodeConfigError, quote_value
+from vllm_specdec_plugin.hosts import PLATFORMS, Host, detect_host
+from vllm_specdec_plugin.inputs import (
+    ENV_INFERENCE_CONFIG,
+    load_inference_config,
+    parse_speculative_config,
+)
+from vllm_specdec_plugin.redact import redact_argv, redact_env
+from vllm_specdec_plugin.resolve import resolve
+
+ENV_MODEL = "KAITO_MODEL"
+EXIT_INVALID = 2
+# CPU: the KV cache takes this share of available memory (vLLM would reserve 92% of RAM).
+CPU_KV_CACHE_SHARE = 0.25
+CPU_KV_CACHE_MIN = 512 << 20
+CPU_KV_CACHE_MAX = 16 << 30
+# SIGTERM drains in-flight requests for this long (vLLM's default, 0, aborts them), inside
+# Kubernetes' default 30 s termination grace period.
+SHUTDOWN_TIMEOUT_S = 25
+
+
+@dataclass
+class LaunchPlan:
+    """What the launcher will run: the dry run prints exactly this."""
+
+    platform: str
+    devices: list[str]
+    argv: list[str]
+    env: dict[str, str | None] = field(default_factory=dict)
+    """Variables the launcher sets (None: removes)."""
+    decision: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def config_flags(section: Mapping[str, Any]) -> list[str]:
+    """KAITO's rule: each key of the `vllm:` section becomes `--key value`."""
+    argv: list[str] = []
+    for key, value in section.items():
+        flag = "--" + str(key).replace("_", "-")
+        if value is True or value is None:
+            argv.append(flag)
+        elif value is False:
+            argv.append("--no-" + flag[2:])
+        elif isinstance(value, (dict, list)):
+            argv += [flag, json.dumps(value, separators=(",", ":"))]
+        else:
+            argv += [flag, str(value)]
+    return argv
+
+
+def flag_value(argv: Sequence[str], flag: str) -> str | None:
+    """The last value of `--flag value` / `--flag=value` in argv (argparse's last-wins)."""
+    value = None
+    for i, item in enumerate(argv):
+        if item == flag and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif item.startswith(flag + "="):
+            value = item.split("=", 1)[1]
+    return value
+
+
+def has_flag(argv: Sequence[str], *flags: str) -> bool:
+    return any(item == f or item.startswith(f + "=") for item in argv for f in flags)
+
+
+def engine_request_from_argv(model: str, argv: Sequence[str],
+                             environ: Mapping[str, str]) -> EngineRequest:
+    """The decision's view of a `vllm serve` command line."""
+    spec = flag_value(argv, "--speculative-config")
+    names = []
+    for i, item in enumerate(argv):
+        if item == "--served-model-name":
+            names = [n for n in argv[i + 1:] if not n.startswith("--")][:1] or names
+        elif item.startswith("--served-model-name="):
+            names = [item.split("=", 1)[1]]
+    async_flag = None
+    for item in argv:
+        if item == "--async-scheduling":
+            async_flag = True
+        elif item == "--no-async-scheduling":
+            async_flag = False
+    return EngineRequest(
+        model=model,
+        served_model_names=tuple(names),
+        speculative_config=None if spec is None else parse_speculative_config(
+            spec, "--speculative-config"),
+        model_impl=flag_value(argv, "--model-impl") or "auto",
+        async_scheduling=async_flag,
+        rbln_legacy_model_env=environ.get(rbln.LEGACY_MODEL_ENV),
+    )
+
+
+def _cpu_kv_cache_bytes(root: Path) -> int:
+    available = None
+    try:
+        for line in (root / "proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                available = int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    if available is None:
+        return 2 << 30
+    size = int(available * CPU_KV_CACHE_SHARE)
+    return max(CPU_KV_CACHE_MIN, min(CPU_KV_CACHE_MAX, size)) // (1 << 20) * (1 << 20)
+
+
+def _vllm_has_arg(name: str) -> bool:
+    try:
+        from vllm.engine.arg_utils import EngineArgs
+    except ImportError:
+        return False
+    return name in getattr(EngineArgs, "__dataclass_fields__", {})
+
+
+def _host_defaults(host: Host, opted_in: bool, root: Path, environ: Mapping[str, str],
+                   plan: LaunchPlan) -> list[str]:
+    """Per-host flags (only those the user did not give) and env changes, into `plan`."""
+    defaults: list[str] = []
+    if _vllm_has_arg("shutdown_timeout"):
+        defaults += ["--shutdown-timeout", str(SHUTDOWN_TIMEOUT_S)]
+    if host.platform == "cuda" and host.devices:
+        defaults += ["--tensor-parallel-size", str(len(host.devices))]
+    elif host.platform == "rbln":
+        if environ.get(rbln.LEGACY_DEVICES_ENV) and not environ.get(rbln.DEVICES_ENV):
+            plan.env[rbln.DEVICES_ENV] = environ[rbln.LEGACY_DEVICES_ENV]
+        if rbln.LEGACY_DEVICES_ENV in environ:
+            plan.env[rbln.LEGACY_DEVICES_ENV] = None
+            plan.notes.append(f"{rbln.LEGACY_DEVICES_ENV} (deprecated) folded into "
+                              f"{rbln.DEVICES_ENV}")
+        if opted_in:
+            defaults += ["--model-impl", "vllm"]
+            if rbln.LEGACY_MODEL_ENV in environ:
+                plan.env[rbln.LEGACY_MODEL_ENV] = None
+                plan.notes.append(f"{rbln.LEGACY_MODEL_ENV} (deprecated) removed: "
+                                  "--model-impl vllm decides the model path")
+    elif host.platform == "cpu":
+        defaults += ["--kv-cache-memory-bytes", str(_cpu_kv_cache_bytes(root))]
+        iomp = Path(sys.prefix) / "lib" / "libiomp5.so"
+        if iomp.exists() and "LD_PRELOAD" not in environ:
+            # vLLM's CPU worker: speculative decoding without Intel OpenMP preloaded is slow.
+            plan.env["LD_PRELOAD"] = str(iomp)
+    return defaults
+
+
+def build_plan(args: argparse.Namespace, passthrough: list[str],
+               environ: Mapping[str, str]) -> LaunchPlan:
+    root = Path(args.root)
+    host = detect_host(root, environ, platform=args.platform)
+    model = args.model or environ.get(ENV_MODEL)
+    if not model:
+        raise SpecDecodeConfigError(
+            f"no model to serve: pass --model (a Hugging Face repo id or a local checkpoint "
+            f"path) or set {ENV_MODEL}")
+    env = dict(environ)
+    if args.config:
+        env[ENV_INFERENCE_CONFIG] = args.config
+    config = load_inference_config(env)
+    file_flags = config_flags(config.vllm)
+    plan = LaunchPlan(host.platform, list(host.devices), [])
+    if args.config:
+        plan.env[ENV_INFERENCE_CONFIG] = args.config
+    explicit = file_flags + passthrough
+    probe = resolve(env, engine_request_from_argv(model, explicit, {}), host.platform)
+    opted_in = probe.enabled or bool(probe.errors)
+    defaults = _drop_given(_host_defaults(host, opted_in, root, environ, plan), explicit)
+    plan.argv = ["vllm", "serve", model, *defaults, *explicit]
+    caps = capabilities_for(host.platform, device_name=next(iter(host.device_names), None))
+    env = apply_env(env, plan.env)
+    decision = resolve(env, engine_request_from_argv(model, plan.argv[3:], env), host.platform,
+                       caps=caps)
+    plan.decision = asdict(decision)
+    return plan
+
+
+def apply_env(environ: Mapping[str, str], changes: Mapping[str, str | None]) -> dict[str, str]:
+    """`environ` with the plan's changes (None removes a variable)."""
+    env = dict(environ)
+    for key, value in changes.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    return env
+
+
+def _drop_given(defaults: list[str], explicit: Sequence[str]) -> list[str]:
+    """Defaults come in `--flag value` pairs; drop those the user set themselves."""
+    kept: list[str] = []
+    for flag, value in zip(defaults[::2], defaults[1::2], strict=True):
+        if not has_flag(explicit, flag):
+            kept += [flag, value]
+    return kept
+
+
+def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
+    argv = list(argv)
+    passthrough: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, passthrough = argv[:cut], argv[cut + 1:]
+    parser = argparse.ArgumentParser(
+        prog="vllm-specdec-launch",
+        description="Serve a model with vLLM on RBLN NPU, NVIDIA GPU or CPU hosts, with the "
+                    "speculative-decoding plugin's decision checked up front. Arguments after "
+                    "`--` go to `vllm serve` untouched.")
+    parser.add_argument("--model", help=f"model to serve; default: env {ENV_MODEL}")
+    parser.add_argument("--platform", choices=PLATFORMS, help="default: detected")
+    parser.add_argument("--config", metavar="FILE",
+                        help=f"KAITO inference_config.yaml; default: env {ENV_INFERENCE_CONFIG}")
+    parser.add_argument("--root", default="/", help="filesystem root to inspect (tests)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the plan as JSON and exit instead of starting vLLM")
+    return parser.parse_args(argv), passthrough
+
+
+def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    environ = os.environ if environ is None else environ
+    args, passthrough = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        plan = build_plan(args, passthrough, environ)
+    except SpecDecodeConfigError as exc:
+        print(f"vllm-specdec-launch: {exc.message}", file=sys.stderr)
+        return EXIT_INVALID
+    errors = plan.decision.get("errors") or []
+    if args.dry_run:
+        shown = {**asdict(plan), "env": redact_env(plan.env), "argv": redact_argv(plan.argv)}
+        print(json.dumps(shown, indent=2))
+    for error in errors:
+        print(f"vllm-specdec-launch: {error}", file=sys.stderr)
+    if errors:
+        return EXIT_INVALID
+    if args.dry_run:
+        return 0
+    return _exec(plan, environ)
+
+
+def _exec(plan: LaunchPlan, environ: Mapping[str, str]) -> int:
+    env = apply_env(environ, plan.env)
+    for note in plan.notes:
+        print(f"vllm-specdec-launch: {note}", file=sys.stderr)
+    # vLLM's CLI in this very interpreter: the environment the plugin is installed in.
+    argv = [sys.executable, "-m", "vllm_specdec_plugin.vllm_entry", *plan.argv[1:]]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execve(argv[0], argv, env)
+    except OSError as exc:
+        print(f"vllm-specdec-launch: cannot start {quote_value(argv[0])}: {exc.strerror}",
+              file=sys.stderr)
+    return 127
+
+
+if __name__ == "__main__":
+    sys.exit(main())
