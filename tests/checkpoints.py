@@ -13,8 +13,9 @@ Shape of the weights (so speculation has something to accept):
 * The target models are *near-bigram*: the attention and MLP output projections
   are scaled down, so the next token depends mostly on the current token and
   greedy decoding often falls into short cycles that n-gram / suffix lookup
-  can predict (see ``NGRAM_PROMPTS``).  The logits of special tokens are pinned to zero, so greedy decoding
-  never emits EOS and every request runs to ``max_tokens``.
+  can predict (see ``NGRAM_PROMPTS``).  The logits of special tokens are
+  pinned to zero, so greedy decoding never emits EOS and every request runs to
+  ``max_tokens``.
 * The EAGLE draft and the MTP layer are *aligned*: their input projection
   routes the next token's embedding straight to the output, which makes them
   predict the target's bigram map and gives a nonzero acceptance rate.

@@ -201,3 +201,46 @@ def test_config_without_method_or_model():
 
 def test_same_inputs_same_decision():
     assert run(model="a/b") == run(model="a/b")
+
+
+# --- the automatic choice (issue: every method, best one a checkpoint allows) ----------------
+from vllm_specdec_plugin.checkpoint import CheckpointInfo  # noqa: E402
+
+
+def test_auto_order_speculators_then_preset_then_mtp_then_draft_then_fallback():
+    spec = CheckpointInfo("/m", speculators=True, mtp_layers=1)
+    mtp = CheckpointInfo("/m", mtp_layers=1)
+    draft = CheckpointInfo("/d", draft_method="eagle3")
+    assert run(checkpoint=spec).source == "speculators-checkpoint"
+    assert run(checkpoint=spec).speculative_config is None
+    assert run(model="Qwen/Qwen3.5-4B", checkpoint=mtp).source == SOURCE_TUNED
+    assert run(checkpoint=mtp).speculative_config == {"method": "mtp",
+                                                      "num_speculative_tokens": 1}
+    decision = run(kaito=opted_in(draft=draft), checkpoint=mtp)
+    assert decision.source == "checkpoint-mtp"
+    decision = run(kaito=opted_in(draft=draft))
+    assert decision.source == "draft-model"
+    assert decision.speculative_config == {"method": "eagle3", "model": "/d",
+                                           "num_speculative_tokens": 3}
+    assert run(kaito=opted_in(fallback="suffix")).speculative_config == {"method": "suffix"}
+    assert "VLLM_SPECDEC_FALLBACK" in run(kaito=opted_in(fallback="lookahead")).errors[0]
+
+
+def test_draft_checks(tmp_path):
+    import json
+
+    from vllm_specdec_plugin.checkpoint import inspect_draft
+    from vllm_specdec_plugin.errors import SpecDecodeConfigError
+
+    with pytest.raises(SpecDecodeConfigError, match="not a checkpoint directory"):
+        inspect_draft(str(tmp_path / "missing"), None)
+    (tmp_path / "config.json").write_text(json.dumps(
+        {"architectures": ["EagleLlamaForCausalLM"], "vocab_size": 10, "hidden_size": 8}))
+    target = CheckpointInfo("/t", vocab_size=12, hidden_size=8)
+    with pytest.raises(SpecDecodeConfigError, match="vocab_size 10 but the target has 12"):
+        inspect_draft(str(tmp_path), target)
+    target = CheckpointInfo("/t", vocab_size=10, hidden_size=16)
+    with pytest.raises(SpecDecodeConfigError, match="hidden size 8 but the target has 16"):
+        inspect_draft(str(tmp_path), target)
+    assert inspect_draft(str(tmp_path), CheckpointInfo("/t", vocab_size=10)).draft_method == (
+        "eagle")

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from vllm_specdec_plugin import rbln
+from vllm_specdec_plugin.checkpoint import CheckpointInfo
 from vllm_specdec_plugin.errors import quote_value
 from vllm_specdec_plugin.inputs import ANNOTATION_KEY, RUNTIME_KEY, Annotation
 from vllm_specdec_plugin.presets import PresetTable
@@ -31,6 +32,12 @@ SOURCE_USER_ENGINE = "user-config (engine arguments)"
 SOURCE_USER_FILE = "user-config (inference_config.yaml)"
 SOURCE_TUNED = "tuned-preset"
 SOURCE_FALLBACK = "ngram-fallback"
+SOURCE_SUFFIX_FALLBACK = "suffix-fallback"
+SOURCE_SPECULATORS = "speculators-checkpoint"
+SOURCE_CHECKPOINT_MTP = "checkpoint-mtp"
+SOURCE_DRAFT = "draft-model"
+FALLBACKS = ("ngram", "suffix")
+EAGLE_DRAFT_TOKENS = 3
 
 
 @dataclass(frozen=True)
@@ -64,6 +71,8 @@ class EngineRequest:
     async_scheduling: bool | None = None
     rbln_legacy_model_env: str | None = None
     """vllm-rbln's deprecated VLLM_RBLN_USE_VLLM_MODEL, which it checks against model_impl."""
+    checkpoint: CheckpointInfo | None = None
+    """What the target's own config.json says (local checkpoints only)."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +84,10 @@ class KaitoRequest:
     preset: str | None = None
     config_speculative_config: Mapping[str, Any] | None = None
     config_path: str | None = None
+    draft: CheckpointInfo | None = None
+    """The draft named by VLLM_SPECDEC_DRAFT_MODEL."""
+    fallback: str = "ngram"
+    """The draft-free fallback (VLLM_SPECDEC_FALLBACK): "ngram" (KAITO's) or "suffix"."""
 
 
 @dataclass(frozen=True)
@@ -146,13 +159,14 @@ def decide(
                 "found: set KAITO_PRESET_NAME, --served-model-name or --model"
             )
             return Decision(False, SOURCE_OFF, platform=caps.platform, errors=tuple(errors))
-        match = presets.find(candidates)
-        if match is not None:
-            tuned, matched = match
-            source, config, preset_name = SOURCE_TUNED, dict(tuned.speculative_config), matched
-        else:
-            source, config = SOURCE_FALLBACK, dict(NGRAM_FALLBACK)
-            preset_name = next(name for name in candidates if name)
+        source, config, preset_name = _automatic_choice(kaito, engine, caps, presets,
+                                                        candidates, errors)
+        if source == SOURCE_SPECULATORS:
+            if errors:
+                return Decision(False, source, platform=caps.platform, errors=tuple(errors))
+            return Decision(True, source, model_impl="vllm",
+                            async_scheduling=engine.async_scheduling, platform=caps.platform,
+                            warnings=tuple(warnings))
 
     errors += _config_errors(config, source, caps)
     if errors:
@@ -183,6 +197,36 @@ def decide(
         platform=caps.platform,
         warnings=tuple(warnings),
     )
+
+
+def _automatic_choice(
+    kaito: KaitoRequest, engine: EngineRequest, caps: PlatformCapabilities,
+    presets: PresetTable, candidates: tuple[str | None, ...], errors: list[str],
+) -> tuple[str, dict[str, Any], str | None]:
+    """The opted-in choice when the user set no config, best first."""
+    target = engine.checkpoint
+    preset = next(name for name in candidates if name)
+    if target is not None and target.speculators:
+        return SOURCE_SPECULATORS, {}, preset  # vLLM reads the checkpoint's own config
+    match = presets.find(candidates)
+    if match is not None:
+        tuned, matched = match
+        return SOURCE_TUNED, dict(tuned.speculative_config), matched
+    if target is not None and target.mtp_layers > 0:
+        return SOURCE_CHECKPOINT_MTP, {"method": "mtp", "num_speculative_tokens": 1}, preset
+    if kaito.draft is not None:
+        draft = kaito.draft
+        tokens = EAGLE_DRAFT_TOKENS
+        if draft.draft_method == "medusa" and draft.num_heads:
+            tokens = min(tokens, draft.num_heads)
+        return SOURCE_DRAFT, {"method": draft.draft_method, "model": draft.path,
+                              "num_speculative_tokens": tokens}, preset
+    if kaito.fallback not in FALLBACKS:
+        errors.append(f"VLLM_SPECDEC_FALLBACK={quote_value(kaito.fallback)} is not a draft-free "
+                      f"fallback; use one of {', '.join(FALLBACKS)}")
+    if kaito.fallback == "suffix":
+        return SOURCE_SUFFIX_FALLBACK, {"method": "suffix"}, preset
+    return SOURCE_FALLBACK, dict(NGRAM_FALLBACK), preset
 
 
 def _read_opt_in(annotation: Annotation) -> tuple[bool, tuple[str, ...]]:

@@ -155,7 +155,8 @@ def _device_name() -> str | None:
 
 def _apply(args: Any, decision: Decision) -> None:
     requested = engine_request(args)
-    if decision.speculative_config != requested.speculative_config:
+    if (decision.speculative_config is not None
+            and decision.speculative_config != requested.speculative_config):
         args.speculative_config = dict(decision.speculative_config or {})
         for attr, _ in _SPEC_FLAGS:
             if getattr(args, attr, None) is not None:

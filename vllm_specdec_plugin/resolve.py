@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from vllm_specdec_plugin.capabilities import capabilities_for
+from vllm_specdec_plugin.checkpoint import CheckpointInfo, inspect_checkpoint, inspect_draft
 from vllm_specdec_plugin.decision import (
     Decision,
     EngineRequest,
@@ -31,6 +32,9 @@ from vllm_specdec_plugin.inputs import (
     read_annotation,
 )
 from vllm_specdec_plugin.presets import PresetTable, load_preset_table
+
+ENV_DRAFT_MODEL = "VLLM_SPECDEC_DRAFT_MODEL"
+ENV_FALLBACK = "VLLM_SPECDEC_FALLBACK"
 
 
 def read_opt_in(environ: Mapping[str, str]) -> Annotation:
@@ -65,7 +69,9 @@ def resolve(
         caps = caps or capabilities_for(platform)
         if not is_opted_in(annotation):
             return decide(KaitoRequest(annotation), engine, caps, PresetTable())
-        kaito = read_kaito_request(environ, annotation)
+        if engine.checkpoint is None:
+            engine = replace(engine, checkpoint=inspect_checkpoint(engine.model))
+        kaito = read_kaito_request(environ, annotation, engine.checkpoint)
         if overrides:
             kaito = replace(kaito, **overrides)
         return decide(kaito, engine, caps, load_preset_table(environ))
@@ -73,10 +79,14 @@ def resolve(
         return Decision(False, "off", platform=platform, errors=(exc.message,))
 
 
-def read_kaito_request(environ: Mapping[str, str], annotation: Annotation) -> KaitoRequest:
-    """Everything KAITO tells an opted-in engine: runtime, preset, the inference config."""
+def read_kaito_request(environ: Mapping[str, str], annotation: Annotation,
+                       target: CheckpointInfo | None = None) -> KaitoRequest:
+    """Everything an opted-in engine is told: runtime, preset, inference config, draft."""
     config = load_inference_config(environ)
+    draft_path = environ.get(ENV_DRAFT_MODEL)
     return KaitoRequest(
+        draft=inspect_draft(draft_path, target) if draft_path else None,
+        fallback=environ.get(ENV_FALLBACK) or "ngram",
         annotation=annotation,
         runtime=read_annotation(environ, RUNTIME_KEY, ENV_RUNTIME),
         preset=environ.get(ENV_PRESET_NAME) or None,

@@ -12,7 +12,6 @@ import importlib.metadata
 import sys
 
 
-
 def _alias_vllm_distribution() -> None:
     try:
         importlib.metadata.version("vllm")
