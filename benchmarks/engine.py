@@ -108,16 +108,32 @@ def run_cell(llm: Any, cell: dict[str, Any], params: Any) -> dict[str, Any]:
     }
 
 
+SPEC_KEYS = {
+    "ngram": ("prompt_lookup_min", "prompt_lookup_max"),
+    "suffix": ("suffix_decoding_max_tree_depth", "suffix_decoding_max_spec_factor",
+               "suffix_decoding_min_token_prob"),
+}
+
+
+def spec_summary(spec: Any) -> dict[str, Any] | None:
+    """The speculative config's method-relevant fields."""
+    if spec is None:
+        return None
+    keys = ("method", "num_speculative_tokens", "model", "num_speculative_tokens_per_batch_size",
+            *SPEC_KEYS.get(spec.method, ()))
+    values = {key: getattr(spec, key, None) for key in keys}
+    if values["model"] == spec.method:  # ngram/suffix name themselves as the "model"
+        values["model"] = None
+    return {key: value for key, value in values.items() if value is not None}
+
+
 def resolved_config(llm: Any) -> dict[str, Any]:
-    """The speculative config the engine actually runs with (after the plugin and vLLM)."""
+    """What the engine actually runs with (after the plugin and vLLM)."""
     config = llm.llm_engine.vllm_config
-    spec = config.speculative_config
-    keys = ("method", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max",
-            "suffix_decoding_max_tree_depth", "num_speculative_tokens_per_batch_size")
     return {
-        "speculative_config": None if spec is None else {
-            key: getattr(spec, key) for key in keys if getattr(spec, key, None) is not None},
+        "speculative_config": spec_summary(config.speculative_config),
         "model_impl": str(config.model_config.model_impl),
+        "dtype": str(config.model_config.dtype).removeprefix("torch."),
         "async_scheduling": config.scheduler_config.async_scheduling,
         "max_num_seqs": config.scheduler_config.max_num_seqs,
     }

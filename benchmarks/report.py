@@ -7,6 +7,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+MISMATCH_NOTE = (
+    "\"same tokens: NO (m/n)\": m of the cell's n greedy outputs differ from `none`'s; "
+    "results.json lists each one's first differing position and tokens. In bf16 on CPU, "
+    "verifying k+1 tokens in one forward pass changes matmul shapes and rounding, so a near-tie "
+    "between the two most likely tokens can flip (seen here: logprobs -0.64 vs -0.76 without "
+    "speculation, an exact tie with it; with `--dtype float32` that prompt matched, logprobs "
+    "identical)."
+)
 COLUMNS = ("concurrency", "configuration", "output tok/s", "TPOT ms p50", "TPOT ms p90",
            "accept rate", "mean accept len", "speedup", "same tokens")
 
@@ -42,7 +50,8 @@ def configuration_lines(result: dict[str, Any]) -> list[str]:
             decided = f"; plugin decision: source `{info['decision'].get('source')}`"
         lines.append(f"- `{name}`: {info['description']}; engine ran with "
                      f"`{json.dumps(spec, sort_keys=True)}`{decided}; "
-                     f"engine start {info['startup_s']:.0f} s")
+                     f"engine start {info['startup_s']:.0f} s; host load average "
+                     f"{info['load_average'][0]:.1f} -> {info['load_average'][1]:.1f}")
     return lines
 
 
@@ -72,6 +81,8 @@ def markdown(result: dict[str, Any]) -> str:
         cells = [c for c in result["cells"] if c["workload"] == workload]
         lines += [f"## {workload}", "", result["workload_descriptions"].get(workload, ""), ""]
         lines += table(COLUMNS, [row(c) for c in cells]) + [""]
+    if any(not c["tokens_match"] for c in result["cells"]):
+        lines += [MISMATCH_NOTE, ""]
     return "\n".join(lines + cost_lines(result.get("plugin_cost")))
 
 

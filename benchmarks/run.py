@@ -77,6 +77,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--platform", default="cpu", help="the platform the engine runs on")
     parser.add_argument("--kv-cache-bytes", type=int, default=1 << 30)
     parser.add_argument("--max-model-len", type=int, default=2048)
+    parser.add_argument("--dtype", default="auto",
+                        help="engine dtype (float32 makes greedy speculation bit-exact on CPU)")
     parser.add_argument("--compile", action="store_true", help="no enforce_eager")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per engine")
     parser.add_argument("--no-plugin-cost", action="store_true")
@@ -127,7 +129,7 @@ def llm_kwargs(args: argparse.Namespace, model: str, config: Configuration,
     kwargs: dict[str, Any] = {
         "model": model, "enforce_eager": not args.compile, "seed": 0,
         "kv_cache_memory_bytes": args.kv_cache_bytes, "max_model_len": args.max_model_len,
-        "max_num_seqs": max_seqs, "disable_log_stats": False,
+        "max_num_seqs": max_seqs, "disable_log_stats": False, "dtype": args.dtype,
     }
     if config.speculative_config is not None:
         kwargs["speculative_config"] = dict(config.speculative_config)
@@ -199,10 +201,12 @@ def run_configuration(args: argparse.Namespace, model: str, config: Configuratio
     if config.uses_plugin:
         info["decision"] = plugin_decision(model, config, args.platform)
     print(f"[bench] {config.name}: starting engine", flush=True)
-    start = time.perf_counter()
+    start, load_before = time.perf_counter(), os.getloadavg()[0]
     raw = run_engine(args, model, config, cells, work, max_tokens)
-    print(f"[bench] {config.name}: done in {time.perf_counter() - start:.0f} s", flush=True)
-    return {**info, "startup_s": raw["startup_s"], "resolved": raw["resolved"]}, raw["cells"]
+    wall = time.perf_counter() - start
+    print(f"[bench] {config.name}: done in {wall:.0f} s", flush=True)
+    return {**info, "startup_s": raw["startup_s"], "wall_s": wall, "resolved": raw["resolved"],
+            "load_average": [load_before, os.getloadavg()[0]]}, raw["cells"]
 
 
 def vllm_version() -> str | None:

@@ -70,9 +70,12 @@ def token_check(raw: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any]
     expected = {r["id"]: r["token_ids"] for r in baseline["requests"]}
     mismatches = []
     for request in raw["requests"]:
-        where = first_difference(request["token_ids"], expected[request["id"]])
+        tokens, reference = request["token_ids"], expected[request["id"]]
+        where = first_difference(tokens, reference)
         if where is not None:
-            mismatches.append({"id": request["id"], "first_difference": where})
+            mismatches.append({"id": request["id"], "first_difference": where,
+                               "tokens": tokens[where:where + 8],
+                               "baseline_tokens": reference[where:where + 8]})
     return {"tokens_match": not mismatches, "mismatches": mismatches}
 
 

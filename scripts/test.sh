@@ -3,6 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-env.sh
+# vllm-rbln 0.12 + vLLM 0.30 (tests/test_rbln.py runs the RBLN rules against their code)
+bash .ci/setup-rbln-env.sh
 . .venv/bin/activate
 ruff check vllm_specdec_plugin tests benchmarks
 python -m pytest -ra --durations=15 "$@"

@@ -138,9 +138,21 @@ def _decide(args: Any, environ: Any, annotation: Any) -> Decision:
     from vllm_specdec_plugin.capabilities import capabilities_for, current_vllm_platform
 
     platform = current_vllm_platform()
-    caps = capabilities_for(platform, device_name=_device_name() if platform == "rbln" else None)
+    caps = capabilities_for(
+        platform,
+        device_name=_device_name() if platform == "rbln" else None,
+        rbln_upstream_sampler=_rbln_upstream_sampler(args) if platform == "rbln" else False,
+    )
     return resolve(environ, engine_request(args, environ), platform, annotation=annotation,
                    caps=caps)
+
+
+def _rbln_upstream_sampler(args: Any) -> bool:
+    """vllm-rbln's `--no-rbln-use-custom-sampler` (additional_config.use_custom_sampler)."""
+    config = getattr(args, "additional_config", None)
+    value = (config.get("use_custom_sampler") if isinstance(config, dict)
+             else getattr(config, "use_custom_sampler", None))
+    return value is False
 
 
 def _device_name() -> str | None:

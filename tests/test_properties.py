@@ -1,0 +1,94 @@
+"""Property-based tests (hypothesis) over the parsers and the decision."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vllm_specdec_plugin.capabilities import capabilities_for
+from vllm_specdec_plugin.decision import EngineRequest, KaitoRequest, decide
+from vllm_specdec_plugin.errors import SpecDecodeConfigError
+from vllm_specdec_plugin.inputs import (
+    ANNOTATION_KEY,
+    Annotation,
+    parse_annotations,
+    parse_inference_config,
+    unquote_go,
+)
+from vllm_specdec_plugin.presets import builtin_preset_table
+
+VLLM = ("0.32.0", {"ngram", "suffix", "eagle", "eagle3", "medusa", "mtp", "draft_model"},
+        {"eagle", "eagle3", "mtp", "draft_model"})
+CAPS = [capabilities_for(p, vllm_info=VLLM) for p in ("cpu", "cuda", "rbln")]
+PRESETS = builtin_preset_table()
+json_scalars = st.one_of(st.none(), st.booleans(), st.integers(-3, 64), st.text(max_size=12))
+spec_configs = st.dictionaries(
+    st.sampled_from(["method", "model", "num_speculative_tokens", "prompt_lookup_max",
+                     "prompt_lookup_min", "x"]),
+    st.one_of(json_scalars, st.sampled_from(["ngram", "suffix", "eagle", "mtp", "medusa"])),
+    max_size=5)
+annotations = st.one_of(st.none(), st.sampled_from(["true", "false"]), st.text(max_size=20))
+engines = st.builds(
+    EngineRequest,
+    model=st.one_of(st.none(), st.sampled_from(["Qwen/Qwen3.5-4B", "a/b", "/m/x"])),
+    served_model_names=st.lists(st.text(max_size=8), max_size=2).map(tuple),
+    speculative_config=st.one_of(st.none(), spec_configs),
+    model_impl=st.sampled_from([None, "auto", "vllm", "transformers"]),
+    async_scheduling=st.sampled_from([None, True, False]),
+)
+
+
+def go_quote(text: str) -> str:
+    """What Go's strconv.Quote produces for printable text (JSON escapes are a subset)."""
+    return json.dumps(text, ensure_ascii=False)
+
+
+@given(st.text(max_size=200))
+def test_go_quote_round_trip(text):
+    assert unquote_go(go_quote(text)) == text
+
+
+@given(st.text(max_size=300))
+def test_annotations_parser_never_crashes(text):
+    try:
+        result = parse_annotations(text, "f", (ANNOTATION_KEY,))
+    except SpecDecodeConfigError as exc:
+        assert "f:" in exc.message or "appears twice" in exc.message
+    else:
+        assert set(result) <= {ANNOTATION_KEY}
+
+
+@given(st.text(max_size=300))
+def test_inference_config_parser_never_crashes(text):
+    try:
+        parse_inference_config(text, "c.yaml")
+    except SpecDecodeConfigError as exc:
+        assert "c.yaml" in exc.message
+
+
+@settings(max_examples=300)
+@given(annotations, engines, st.sampled_from(CAPS), st.one_of(st.none(), spec_configs))
+def test_decision_invariants(annotation, engine, caps, file_config):
+    kaito = KaitoRequest(Annotation(annotation, "t"), config_speculative_config=file_config)
+    decision = decide(kaito, engine, caps, PRESETS)
+    # Same inputs, same decision.
+    assert decide(kaito, engine, caps, PRESETS) == decision
+    if annotation in (None, "false"):  # not opted in: no change at all
+        assert not decision.enabled and not decision.errors and not decision.warnings
+        assert decision.speculative_config is None and decision.model_impl is None
+        return
+    if annotation != "true":
+        assert decision.errors and not decision.enabled
+        return
+    if decision.enabled:
+        assert decision.model_impl == "vllm"
+        user = engine.speculative_config if engine.speculative_config is not None else (
+            file_config)
+        if user is not None:  # the user's config is never changed (but for RBLN's token cap)
+            capped = [w for w in decision.warnings if "num_speculative_tokens" in w]
+            if not capped:
+                assert decision.speculative_config == user
+    else:
+        assert decision.errors
