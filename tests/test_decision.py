@@ -244,3 +244,30 @@ def test_draft_checks(tmp_path):
         inspect_draft(str(tmp_path), target)
     assert inspect_draft(str(tmp_path), CheckpointInfo("/t", vocab_size=10)).draft_method == (
         "eagle")
+
+
+# --- the load-aware schedule -----------------------------------------------------------------
+SCHED = type(CPU)(**{**CPU.__dict__, "batch_schedule": True})
+
+
+def test_plugin_choice_carries_a_load_aware_schedule():
+    decision = run(caps=SCHED, max_num_seqs=64)
+    assert decision.speculative_config["num_speculative_tokens_per_batch_size"] == [
+        [1, 4, 5], [5, 8, 2], [9, 65536, 0]]
+    assert decision.speculative_config["num_speculative_tokens"] == 5
+    assert any("load-aware schedule" in n and "CUDA graphs" in n for n in decision.notes)
+    mtp = run(caps=SCHED, model="Qwen/Qwen3.5-4B").speculative_config
+    assert mtp["num_speculative_tokens_per_batch_size"] == [[1, 16, 1], [17, 65536, 0]]
+
+
+def test_schedule_off_cases():
+    user = {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4}
+    assert run(caps=SCHED, speculative_config=user).speculative_config == user
+    assert run(caps=SCHED, kaito=opted_in(schedule=False)).speculative_config == dict(
+        NGRAM_FALLBACK)
+    decision = run(caps=SCHED, data_parallel_size=2)
+    assert decision.speculative_config == dict(NGRAM_FALLBACK)
+    assert any("data parallelism" in n for n in decision.notes)
+    decision = run(caps=CPU)  # a vLLM without the schedule
+    assert decision.speculative_config == dict(NGRAM_FALLBACK)
+    assert any("no num_speculative_tokens_per_batch_size" in n for n in decision.notes)

@@ -47,6 +47,16 @@ def installed_vllm_methods() -> tuple[str | None, frozenset[str], frozenset[str]
     return getattr(vllm, "__version__", None), methods, frozenset(async_methods)
 
 
+def installed_vllm_has_batch_schedule() -> bool:
+    """Whether SpeculativeConfig has `num_speculative_tokens_per_batch_size`."""
+    try:
+        from vllm.config.speculative import SpeculativeConfig
+    except ImportError:
+        return False
+    fields = getattr(SpeculativeConfig, "__dataclass_fields__", {})
+    return "num_speculative_tokens_per_batch_size" in fields
+
+
 def current_vllm_platform() -> str:
     """The platform vLLM itself resolved: "rbln", "cuda", "cpu" or its device type."""
     from vllm.platforms import current_platform
@@ -72,6 +82,7 @@ def capabilities_for(
 ) -> PlatformCapabilities:
     """The capabilities of `platform` with the installed vLLM (or the given `vllm_info`)."""
     version, methods, async_methods = vllm_info or installed_vllm_methods()
+    batch_schedule = vllm_info is None and installed_vllm_has_batch_schedule()
     methods, async_methods = frozenset(methods), frozenset(async_methods)
     max_tokens = None
     if platform == "rbln":
@@ -90,4 +101,5 @@ def capabilities_for(
         max_num_speculative_tokens=max_tokens,
         suffix_available=importlib.util.find_spec("arctic_inference") is not None,
         device_name=device_name,
+        batch_schedule=batch_schedule,
     )

@@ -38,6 +38,12 @@ SOURCE_CHECKPOINT_MTP = "checkpoint-mtp"
 SOURCE_DRAFT = "draft-model"
 FALLBACKS = ("ngram", "suffix")
 EAGLE_DRAFT_TOKENS = 3
+# Batch sizes up to which the schedule keeps full k, then half k; above: no speculation.
+SCHEDULE_BREAKS: Mapping[str, tuple[int, int]] = {
+    "ngram": (4, 8), "suffix": (4, 8), "mtp": (8, 16), "eagle": (8, 16), "eagle3": (8, 16),
+    "medusa": (8, 16),
+}
+SCHEDULE_OPEN_END = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,8 @@ class PlatformCapabilities:
     """Whether `arctic_inference`, which the suffix method needs, is importable."""
     device_name: str | None = None
     """The accelerator's model name where known (RBLN ATOM NPUs refuse the vllm path)."""
+    batch_schedule: bool = False
+    """Whether vLLM has `num_speculative_tokens_per_batch_size` (a load-aware schedule)."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +81,8 @@ class EngineRequest:
     """vllm-rbln's deprecated VLLM_RBLN_USE_VLLM_MODEL, which it checks against model_impl."""
     checkpoint: CheckpointInfo | None = None
     """What the target's own config.json says (local checkpoints only)."""
+    max_num_seqs: int | None = None
+    data_parallel_size: int = 1
 
 
 @dataclass(frozen=True)
@@ -88,6 +98,8 @@ class KaitoRequest:
     """The draft named by VLLM_SPECDEC_DRAFT_MODEL."""
     fallback: str = "ngram"
     """The draft-free fallback (VLLM_SPECDEC_FALLBACK): "ngram" (KAITO's) or "suffix"."""
+    schedule: bool = True
+    """Whether the plugin's own choice gets a load-aware schedule (VLLM_SPECDEC_SCHEDULE)."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +116,8 @@ class Decision:
     platform: str | None = None
     warnings: tuple[str, ...] = ()
     errors: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    """Why the config looks as it does (the load-aware schedule's break points)."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=False, default=list)
@@ -173,6 +187,9 @@ def decide(
         return Decision(False, source, platform=caps.platform, errors=tuple(errors))
 
     config = _cap_num_tokens(config, caps, warnings)
+    notes: list[str] = []
+    if source not in (SOURCE_USER_ENGINE, SOURCE_USER_FILE):
+        config = _with_schedule(config, kaito, engine, caps, notes)
     method = config.get("method")
     model_impl = "vllm"
     if engine.model_impl not in (None, "auto", "vllm"):
@@ -196,7 +213,54 @@ def decide(
         preset=preset_name,
         platform=caps.platform,
         warnings=tuple(warnings),
+        notes=tuple(notes),
     )
+
+
+def load_aware_schedule(method: str, tokens: int, max_num_seqs: int | None) -> list[list[int]]:
+    """`num_speculative_tokens_per_batch_size` ranges: full k at low batch, fewer, then none.
+
+    Speculation pays while decode is memory-bound and the verifier has spare compute; as the
+    batch grows each rejected draft token costs a real slot. Draft-free proposers (ngram,
+    suffix) guess from repeats and are accepted less on open-ended text, so they back off
+    earlier than model-based drafts (mtp, eagle), whose extra forward pass is cheap and
+    accurate. KAITO measured no gain above ~6-8 concurrent requests for ngram.
+    """
+    full, half = SCHEDULE_BREAKS.get(method, SCHEDULE_BREAKS["ngram"])
+    last = max(max_num_seqs or 0, SCHEDULE_OPEN_END)
+    reduced = max(1, tokens // 2)
+    ranges = [[1, full, tokens]]
+    if reduced < tokens:
+        ranges.append([full + 1, half, reduced])
+    else:
+        ranges[0][1] = half
+    ranges.append([ranges[-1][1] + 1, last, 0])
+    return ranges
+
+
+def _with_schedule(config: dict, kaito: KaitoRequest, engine: EngineRequest,
+                   caps: PlatformCapabilities, notes: list[str]) -> dict:
+    method, tokens = config.get("method"), config.get("num_speculative_tokens")
+    if not kaito.schedule:
+        notes.append("static config: the load-aware schedule is off (VLLM_SPECDEC_SCHEDULE=off)")
+        return config
+    if not caps.batch_schedule:
+        notes.append(f"static config: {_engine_name(caps)} has no "
+                     "num_speculative_tokens_per_batch_size, so speculation stays on under load")
+        return config
+    if engine.data_parallel_size > 1:
+        notes.append("static config: vLLM turns the per-batch-size schedule off with data "
+                     "parallelism (ranks could pick different k and deadlock)")
+        return config
+    if not isinstance(tokens, int) or method is None:
+        return config
+    schedule = load_aware_schedule(method, tokens, engine.max_num_seqs)
+    notes.append(
+        "load-aware schedule (batch size -> speculative tokens): "
+        + ", ".join(f"{a}-{b}: {k}" for a, b, k in schedule)
+        + "; on CUDA graphs vLLM captures decode graphs for each distinct k (more capture "
+        "time and graph memory)")
+    return {**config, "num_speculative_tokens_per_batch_size": schedule}
 
 
 def _automatic_choice(
@@ -265,14 +329,14 @@ def _runtime_errors(runtime: Annotation) -> tuple[str, ...]:
 def _config_errors(config: Mapping[str, Any], source: str, caps: PlatformCapabilities) -> list:
     method, draft = config.get("method"), config.get("model")
     where = f"speculative-config from {source}"
+    errors = _token_errors(config, where)
     if method is None:
         if draft is None:
-            return [f"{where} has neither `method` nor `model`; set `method`, one of "
-                    f"{', '.join(PROMISED_METHODS)}"]
-        return []  # vLLM infers the method from the draft checkpoint
+            errors.append(f"{where} has neither `method` nor `model`; set `method`, one of "
+                          f"{', '.join(PROMISED_METHODS)}")
+        return errors  # with a draft `model`, vLLM infers the method from its checkpoint
     if not isinstance(method, str):
-        return [f"{where}: `method` must be a string, got {quote_value(method)}"]
-    errors = []
+        return [*errors, f"{where}: `method` must be a string, got {quote_value(method)}"]
     if method not in caps.methods:
         errors.append(
             f"{where}: method {method!r} is not supported on {_engine_name(caps)}; use one of "
@@ -288,14 +352,16 @@ def _config_errors(config: Mapping[str, Any], source: str, caps: PlatformCapabil
             f"{where}: method 'suffix' needs the arctic_inference package, which is not "
             "installed; pip install arctic-inference (or the plugin's [suffix] extra)"
         )
-    tokens = config.get("num_speculative_tokens")
-    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int)
-                               or tokens < 1):
-        errors.append(
-            f"{where}: num_speculative_tokens must be a positive integer, got "
-            f"{quote_value(tokens)}"
-        )
     return errors
+
+
+def _token_errors(config: Mapping[str, Any], where: str) -> list[str]:
+    tokens = config.get("num_speculative_tokens")
+    if tokens is None or (isinstance(tokens, int) and not isinstance(tokens, bool)
+                          and tokens >= 1):
+        return []
+    return [f"{where}: num_speculative_tokens must be a positive integer, got "
+            f"{quote_value(tokens)}"]
 
 
 def _cap_num_tokens(config: dict, caps: PlatformCapabilities, warnings: list[str]) -> dict:

@@ -103,6 +103,8 @@ def engine_request(args: Any, environ: Any = None) -> EngineRequest:
         model_impl=None if model_impl is None else str(getattr(model_impl, "value", model_impl)),
         async_scheduling=getattr(args, "async_scheduling", None),
         rbln_legacy_model_env=(environ or {}).get(LEGACY_MODEL_ENV),
+        max_num_seqs=getattr(args, "max_num_seqs", None),
+        data_parallel_size=getattr(args, "data_parallel_size", 1) or 1,
     )
 
 

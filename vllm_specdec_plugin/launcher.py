@@ -108,7 +108,14 @@ def engine_request_from_argv(model: str, argv: Sequence[str],
         model_impl=flag_value(argv, "--model-impl") or "auto",
         async_scheduling=async_flag,
         rbln_legacy_model_env=environ.get(rbln.LEGACY_MODEL_ENV),
+        max_num_seqs=_int_flag(argv, "--max-num-seqs"),
+        data_parallel_size=_int_flag(argv, "--data-parallel-size") or 1,
     )
+
+
+def _int_flag(argv: Sequence[str], flag: str) -> int | None:
+    value = flag_value(argv, flag)
+    return int(value) if value is not None and value.isdigit() else None
 
 
 def _cpu_kv_cache_bytes(root: Path) -> int:

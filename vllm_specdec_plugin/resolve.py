@@ -20,7 +20,7 @@ from vllm_specdec_plugin.decision import (
     PlatformCapabilities,
     decide,
 )
-from vllm_specdec_plugin.errors import SpecDecodeConfigError
+from vllm_specdec_plugin.errors import SpecDecodeConfigError, quote_value
 from vllm_specdec_plugin.inputs import (
     ANNOTATION_KEY,
     ENV_ANNOTATION,
@@ -35,6 +35,16 @@ from vllm_specdec_plugin.presets import PresetTable, load_preset_table
 
 ENV_DRAFT_MODEL = "VLLM_SPECDEC_DRAFT_MODEL"
 ENV_FALLBACK = "VLLM_SPECDEC_FALLBACK"
+ENV_SCHEDULE = "VLLM_SPECDEC_SCHEDULE"
+
+
+def _read_schedule(environ: Mapping[str, str]) -> bool:
+    value = environ.get(ENV_SCHEDULE, "on")
+    if value not in ("on", "off"):
+        raise SpecDecodeConfigError(
+            f"{ENV_SCHEDULE}={quote_value(value)}; use \"on\" (the load-aware schedule, "
+            "default) or \"off\" (KAITO's static config)")
+    return value == "on"
 
 
 def read_opt_in(environ: Mapping[str, str]) -> Annotation:
@@ -87,6 +97,7 @@ def read_kaito_request(environ: Mapping[str, str], annotation: Annotation,
     return KaitoRequest(
         draft=inspect_draft(draft_path, target) if draft_path else None,
         fallback=environ.get(ENV_FALLBACK) or "ngram",
+        schedule=_read_schedule(environ),
         annotation=annotation,
         runtime=read_annotation(environ, RUNTIME_KEY, ENV_RUNTIME),
         preset=environ.get(ENV_PRESET_NAME) or None,

@@ -1,0 +1,343 @@
+"""A bounded asyncio load generator for a vLLM OpenAI-compatible server.
+
+    python benchmarks/loadtest.py --url http://127.0.0.1:8000 --model NAME \
+        --requests 270 --concurrency 32 [--seed 0] [--deadline 240] [--out results.json]
+
+It sends a fixed, seeded mix of requests (`build_mix`), keeping exactly `concurrency` in flight
+(a closed loop: each answer frees a slot for the next request), and prints the counts as JSON:
+sent, succeeded (2xx and, for a stream, a complete one), refused (4xx), failed (5xx, connection
+errors, timeouts, a stream that broke off or carried an error), and not_sent (left when the
+deadline passed). Per kind it counts the HTTP statuses and keeps the first refusal message, and it
+adds the server's token and speculative-decoding counters (/metrics) before and after the run.
+
+The mix: /v1/completions and /v1/chat/completions, streaming or not, max_tokens 8-48, n=1, with
+these kinds:
+
+- `greedy`: temperature 0 (deterministic: compare two servers' answers with `greedy_mismatches`);
+- `sampled`: temperature 0.8, top_p 0.9, a seed;  `top_k`: temperature 0.7, top_k 20, a seed;
+- `min_p`: min_p 0.1;  `logit_bias`: a bias on two tokens — both rejected by vLLM's
+  speculative decoding (vLLM 0.32: HTTP 400 "The min_p and logit_bias sampling parameters are not
+  yet supported with speculative decoding."), plain sampling options without it;
+- `bad_model`: an unknown model name (404);  `too_long`: max_tokens beyond the context (400).
+
+Only the standard library and httpx (a vLLM dependency) are used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import httpx
+
+PROMPTS = (
+    "def add(a, b):\n    return a + b\n\n" * 4,
+    "The capital of France is",
+    "a b c d e f g h " * 3 + "a b c d",
+    "Hello, my name is",
+    "The quick brown fox jumps over the lazy dog. " * 3,
+    "Speculative decoding lets a small draft model propose several tokens at once.",
+)
+# Kind -> weight in the mix. The last two are plainly invalid requests.
+KINDS: dict[str, int] = {"greedy": 40, "sampled": 16, "top_k": 12, "min_p": 10,
+                         "logit_bias": 10, "bad_model": 6, "too_long": 6}
+COUNTERS = {
+    "vllm:spec_decode_num_drafts_total": "drafts",
+    "vllm:spec_decode_num_draft_tokens_total": "draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens_total": "accepted_tokens",
+    "vllm:generation_tokens_total": "generation_tokens",
+    "vllm:prompt_tokens_total": "prompt_tokens",
+}
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    """One request of the mix: where it goes and what it sends."""
+
+    index: int
+    kind: str
+    endpoint: str  # "/v1/completions" or "/v1/chat/completions"
+    stream: bool
+    body: dict[str, Any]
+
+
+@dataclass
+class Result:
+    """What one request got back. `status` is None for a connection error or a timeout."""
+
+    index: int
+    kind: str
+    endpoint: str
+    stream: bool
+    status: int | None = None
+    text: str = ""
+    completion_tokens: int | None = None
+    error: str = ""
+    seconds: float = 0.0
+
+    @property
+    def outcome(self) -> str:
+        """`ok` (2xx, complete), `refused` (4xx) or `failed` (anything else)."""
+        if self.status is not None and 200 <= self.status < 300 and not self.error:
+            return "ok"
+        if self.status is not None and 400 <= self.status < 500:
+            return "refused"
+        return "failed"
+
+
+def build_mix(model: str, count: int, max_model_len: int, seed: int = 0) -> list[RequestSpec]:
+    """A deterministic mix of `count` requests (same seed -> same requests, on any server)."""
+    rng = random.Random(seed)
+    kinds = list(KINDS)
+    weights = list(KINDS.values())
+    specs = []
+    for index in range(count):
+        kind = rng.choices(kinds, weights)[0]
+        chat = rng.random() < 0.5
+        stream = rng.random() < 0.5
+        prompt = rng.choice(PROMPTS)
+        body: dict[str, Any] = {"model": model, "max_tokens": rng.randint(8, 48), "n": 1}
+        if kind == "greedy":
+            body["temperature"] = 0
+        elif kind == "sampled":
+            body.update(temperature=0.8, top_p=0.9, seed=rng.randint(0, 2**31 - 1))
+        elif kind == "top_k":
+            body.update(temperature=0.7, top_k=20, seed=rng.randint(0, 2**31 - 1))
+        elif kind == "min_p":
+            body.update(temperature=0.8, min_p=0.1)
+        elif kind == "logit_bias":
+            body.update(temperature=0, logit_bias={"5": 3.0, "17": -100})
+        elif kind == "bad_model":
+            body.update(model=f"{model}-does-not-exist", temperature=0)
+        elif kind == "too_long":
+            body.update(max_tokens=max_model_len + 1000, temperature=0)
+        if chat:
+            body["messages"] = [{"role": "user", "content": prompt}]
+        else:
+            body["prompt"] = prompt
+        if stream:
+            body.update(stream=True, stream_options={"include_usage": True})
+        endpoint = "/v1/chat/completions" if chat else "/v1/completions"
+        specs.append(RequestSpec(index, kind, endpoint, stream, body))
+    return specs
+
+
+def _piece(choice: dict[str, Any]) -> str:
+    """The text of a choice or a stream chunk's choice (completions or chat)."""
+    if "text" in choice:
+        return choice.get("text") or ""
+    message = choice.get("delta") or choice.get("message") or {}
+    return message.get("content") or ""
+
+
+def _error_message(payload: Any) -> str:
+    """vLLM's error message from an error body (`{"error": {...}}` or `{"message": ...}`)."""
+    if isinstance(payload, dict):
+        error = payload.get("error", payload)
+        if isinstance(error, dict):
+            return str(error.get("message", error))
+        return str(error)
+    return str(payload)
+
+
+async def _stream(client: httpx.AsyncClient, spec: RequestSpec, result: Result) -> None:
+    """Send a streaming request; fill `result` from its server-sent events."""
+    async with client.stream("POST", spec.endpoint, json=spec.body) as response:
+        result.status = response.status_code
+        if response.status_code != 200:
+            body = (await response.aread()).decode(errors="replace")
+            try:
+                result.error = _error_message(json.loads(body))
+            except ValueError:
+                result.error = body[:300]
+            return
+        pieces, done = [], False
+        async for line in response.aiter_lines():
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                done = True
+                break
+            chunk = json.loads(data)
+            if "error" in chunk or chunk.get("object") == "error":
+                result.error = f"error in stream: {_error_message(chunk)}"
+                code = chunk.get("error", chunk).get("code") if isinstance(
+                    chunk.get("error", chunk), dict) else None
+                result.status = code if isinstance(code, int) else 500
+                return
+            pieces.extend(_piece(choice) for choice in chunk.get("choices") or [])
+            if chunk.get("usage"):
+                result.completion_tokens = chunk["usage"].get("completion_tokens")
+        result.text = "".join(pieces)
+        if not done:
+            result.error = "stream ended without [DONE]"
+
+
+async def send(client: httpx.AsyncClient, spec: RequestSpec) -> Result:
+    """Send one request and record what came back; never raises for HTTP or network errors."""
+    result = Result(spec.index, spec.kind, spec.endpoint, spec.stream)
+    start = time.monotonic()
+    try:
+        if spec.stream:
+            await _stream(client, spec, result)
+        else:
+            response = await client.post(spec.endpoint, json=spec.body)
+            result.status = response.status_code
+            payload = response.json()
+            if response.status_code == 200:
+                result.text = "".join(_piece(c) for c in payload["choices"])
+                result.completion_tokens = payload["usage"]["completion_tokens"]
+            else:
+                result.error = _error_message(payload)
+    except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+        result.status, result.error = None, f"{type(exc).__name__}: {exc}"[:300]
+    result.seconds = time.monotonic() - start
+    return result
+
+
+async def run_load(url: str, specs: Sequence[RequestSpec], concurrency: int,
+                   timeout: float = 120, deadline: float = 300) -> list[Result]:
+    """Send `specs` with `concurrency` in flight; none is started after `deadline` seconds.
+
+    Results come back in request order; requests never started are left out.
+    """
+    queue: asyncio.Queue[RequestSpec] = asyncio.Queue()
+    for spec in specs:
+        queue.put_nowait(spec)
+    results: list[Result] = []
+    stop_at = time.monotonic() + deadline
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+
+    async def worker(client: httpx.AsyncClient) -> None:
+        while time.monotonic() < stop_at:
+            try:
+                spec = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            results.append(await send(client, spec))
+
+    async with httpx.AsyncClient(base_url=url, timeout=timeout, limits=limits,
+                                 trust_env=False) as client:
+        await asyncio.gather(*(worker(client) for _ in range(concurrency)))
+    return sorted(results, key=lambda r: r.index)
+
+
+def summarize(results: Sequence[Result], requested: int, concurrency: int,
+              elapsed: float) -> dict[str, Any]:
+    """The counts as a JSON-able dict (see the module docstring)."""
+    outcomes = Counter(r.outcome for r in results)
+    by_kind: dict[str, dict[str, int]] = {}
+    messages: dict[str, str] = {}
+    for r in results:
+        statuses = by_kind.setdefault(r.kind, {})
+        key = str(r.status) if r.status is not None else "error"
+        statuses[key] = statuses.get(key, 0) + 1
+        if r.outcome == "refused":
+            messages.setdefault(r.kind, r.error)
+    return {
+        "requests": requested, "concurrency": concurrency, "sent": len(results),
+        "succeeded": outcomes["ok"], "refused": outcomes["refused"],
+        "failed": outcomes["failed"], "not_sent": requested - len(results),
+        "elapsed_s": round(elapsed, 2),
+        "requests_per_s": round(len(results) / elapsed, 2) if elapsed else None,
+        "completion_tokens": sum(r.completion_tokens or 0 for r in results if r.outcome == "ok"),
+        "by_kind": by_kind, "refusal_messages": messages,
+        "failures": [f"#{r.index} {r.kind} {r.endpoint} stream={r.stream}: "
+                     f"{r.status} {r.error}" for r in results if r.outcome == "failed"][:10],
+    }
+
+
+def greedy_mismatches(first: Sequence[Result], second: Sequence[Result]) -> list[str]:
+    """Greedy requests answered by both runs whose text or token count differ."""
+    other = {r.index: r for r in second}
+    bad = []
+    for r in first:
+        twin = other.get(r.index)
+        if r.kind != "greedy" or r.outcome != "ok" or twin is None or twin.outcome != "ok":
+            continue
+        if (r.text, r.completion_tokens) != (twin.text, twin.completion_tokens):
+            bad.append(f"#{r.index} {r.endpoint} stream={r.stream}: "
+                       f"{r.completion_tokens} tokens {r.text[:60]!r} vs "
+                       f"{twin.completion_tokens} tokens {twin.text[:60]!r}")
+    return bad
+
+
+def parse_counters(metrics_text: str) -> dict[str, float]:
+    """The token and spec-decode counters from a Prometheus /metrics page (labels summed)."""
+    values = dict.fromkeys(COUNTERS.values(), 0.0)
+    for line in metrics_text.splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in COUNTERS:
+            values[COUNTERS[name]] += float(line.rsplit(" ", 1)[1])
+    return values
+
+
+async def fetch_counters(url: str) -> dict[str, float]:
+    """The server's counters now."""
+    async with httpx.AsyncClient(base_url=url, timeout=30, trust_env=False) as client:
+        response = await client.get("/metrics")
+        response.raise_for_status()
+        return parse_counters(response.text)
+
+
+async def max_model_len(url: str, model: str) -> int:
+    """The served model's context length, from /v1/models."""
+    async with httpx.AsyncClient(base_url=url, timeout=30, trust_env=False) as client:
+        response = await client.get("/v1/models")
+        response.raise_for_status()
+        for entry in response.json()["data"]:
+            if entry["id"] == model:
+                return int(entry["max_model_len"])
+    raise SystemExit(f"loadtest: model {model!r} is not served at {url}")
+
+
+async def load_test(url: str, model: str, requests: int, concurrency: int, seed: int = 0,
+                    timeout: float = 120, deadline: float = 300
+                    ) -> tuple[dict[str, Any], list[Result]]:
+    """Build the mix, run it, and return (summary with counter deltas, results)."""
+    specs = build_mix(model, requests, await max_model_len(url, model), seed)
+    before = await fetch_counters(url)
+    start = time.monotonic()
+    results = await run_load(url, specs, concurrency, timeout, deadline)
+    elapsed = time.monotonic() - start
+    after = await fetch_counters(url)
+    summary = summarize(results, requests, concurrency, elapsed)
+    summary["counters"] = {key: after[key] - before[key] for key in after}
+    return summary, results
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI: run the load test and print the summary as JSON; exit 1 if any request failed."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--url", required=True, help="e.g. http://127.0.0.1:8000")
+    parser.add_argument("--model", required=True, help="the served model name")
+    parser.add_argument("--requests", type=int, default=270)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--timeout", type=float, default=120, help="per request, seconds")
+    parser.add_argument("--deadline", type=float, default=300,
+                        help="no request is started after this many seconds")
+    parser.add_argument("--out", help="also write every result (with texts) to this JSON file")
+    args = parser.parse_args(argv)
+    summary, results = asyncio.run(load_test(args.url.rstrip("/"), args.model, args.requests,
+                                             args.concurrency, args.seed, args.timeout,
+                                             args.deadline))
+    if args.out:
+        with open(args.out, "w") as out:
+            json.dump({"summary": summary, "results": [asdict(r) for r in results]}, out,
+                      indent=1)
+    print(json.dumps(summary, indent=2))
+    return 1 if summary["failed"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
