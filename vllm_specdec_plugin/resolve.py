@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from vllm_specdec_plugin.capabilities import capabilities_for
@@ -84,9 +85,21 @@ def resolve(
         kaito = read_kaito_request(environ, annotation, engine.checkpoint)
         if overrides:
             kaito = replace(kaito, **overrides)
-        return decide(kaito, engine, caps, load_preset_table(environ))
+        return _check_draft_path(decide(kaito, engine, caps, load_preset_table(environ)))
     except SpecDecodeConfigError as exc:
         return Decision(False, "off", platform=platform, errors=(exc.message,))
+
+
+def _check_draft_path(decision: Decision) -> Decision:
+    """A draft `model` given as a local path must exist (vLLM would try the hub instead)."""
+    draft = (decision.speculative_config or {}).get("model")
+    if not isinstance(draft, str) or not draft.startswith(("/", "./", "../", "~")):
+        return decision
+    if Path(draft).expanduser().exists():
+        return decision
+    return replace(decision, enabled=False, errors=(
+        f"the draft model {quote_value(draft)} (speculative-config from {decision.source}) "
+        "does not exist; mount the draft checkpoint there or fix the path",))
 
 
 def read_kaito_request(environ: Mapping[str, str], annotation: Annotation,
