@@ -188,7 +188,10 @@ def _plugin_failed(exc: Exception) -> None:
             "vllm-specdec-plugin failed (%s); serving WITHOUT speculative decoding because "
             "%s=serve-without", cause, ENV_ON_ERROR)
         return None
+    bad_policy = "" if policy in ON_ERROR_CHOICES else (
+        f" ({ENV_ON_ERROR}={policy!r} is not one of {', '.join(ON_ERROR_CHOICES)})")
     raise SpecDecodeConfigError(
         f"the plugin failed while choosing the speculative config ({cause}); the engine does "
-        f"not start. Set {ENV_ON_ERROR}=serve-without to serve without speculation instead"
+        f"not start{bad_policy}. Set {ENV_ON_ERROR}=serve-without to serve without speculation "
+        "instead"
     ) from exc
