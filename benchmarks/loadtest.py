@@ -312,15 +312,23 @@ async def max_model_len(url: str, model: str) -> int:
 async def load_test(url: str, model: str, requests: int, concurrency: int, seed: int = 0,
                     timeout: float = 120, deadline: float = 300,
                     kinds: Mapping[str, int] = KINDS) -> tuple[dict[str, Any], list[Result]]:
-    """Build the mix, run it, and return (summary with counter deltas, results)."""
+    """Build the mix, run it, and return (summary with counter deltas, results).
+
+    `counters` is None (and `counters_error` says why) when /metrics no longer answers.
+    """
     specs = build_mix(model, requests, await max_model_len(url, model), seed, kinds)
     before = await fetch_counters(url)
     start = time.monotonic()
     results = await run_load(url, specs, concurrency, timeout, deadline)
     elapsed = time.monotonic() - start
-    after = await fetch_counters(url)
     summary = summarize(results, requests, concurrency, elapsed)
-    summary["counters"] = {key: after[key] - before[key] for key in after}
+    try:
+        after = await fetch_counters(url)
+    except httpx.HTTPError as exc:  # the server went down: still report the counts
+        summary["counters"] = None
+        summary["counters_error"] = f"{type(exc).__name__}: {exc}"
+    else:
+        summary["counters"] = {key: after[key] - before[key] for key in after}
     return summary, results
 
 

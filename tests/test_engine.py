@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from conftest import clean_env, run_engine
 
@@ -83,3 +85,14 @@ def test_bad_annotation_refuses_to_start(tiny_llama, tmp_path):
     assert result["error_type"] == "SpecDecodeConfigError"
     assert "kaito.sh/enable-speculative-decoding" in result["error"]
     assert "'yes'" in result["error"] and '"true" or "false"' in result["error"]
+
+
+def test_two_worker_processes_run_one_decision(tiny_llama, prompts, tmp_path):
+    """TP=2 on the CPU engine: the plugin loads in every process, decides once, both run it."""
+    env = clean_env({**OPT_IN, "VLLM_CPU_OMP_THREADS_BIND": "0|1"}, tmp_path)
+    result = run_engine({"model": str(tiny_llama), "tensor_parallel_size": 2}, prompts[:2], env)
+    assert result["speculative_config"]["method"] == "ngram"
+    assert result["metrics"]["vllm:spec_decode_num_drafts"] > 0
+    workers = set(re.findall(r"\((Worker_TP\d) pid=\d+\)", result["log"]))
+    assert workers == {"Worker_TP0", "Worker_TP1"}
+    assert result["log"].count("speculative decoding on:") == 1
