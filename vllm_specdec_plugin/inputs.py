@@ -152,28 +152,51 @@ def parse_annotations(text: str, source: str, keys: tuple[str, ...]) -> dict[str
 def read_annotations_file(environ: Mapping[str, str]) -> tuple[dict[str, str], str]:
     """The plugin's annotations from the downward-API file, and the file's path.
 
-    A missing default file means "no annotations". A file named explicitly through
-    `KAITO_ANNOTATIONS_FILE` that cannot be read is an error: someone meant it.
+    A missing or unreadable default file means "no annotations". A file named explicitly
+    through `KAITO_ANNOTATIONS_FILE` that cannot be read is an error: someone meant it.
     """
-    explicit = environ.get(ENV_ANNOTATIONS_FILE)
-    path = explicit or DEFAULT_ANNOTATIONS_FILE
+    text, path = read_input_file(environ, ENV_ANNOTATIONS_FILE, DEFAULT_ANNOTATIONS_FILE,
+                                 MAX_ANNOTATIONS_BYTES, "the downward-API annotations file",
+                                 unreadable_default_ok=True)
+    if text is None:
+        return {}, path
+    return parse_annotations(text, path, (ANNOTATION_KEY, RUNTIME_KEY)), path
+
+
+def read_input_file(environ: Mapping[str, str], env_name: str, default: str, limit: int,
+                    what: str, unreadable_default_ok: bool = False) -> tuple[str | None, str]:
+    """Text of the file named by `env_name` (else `default`), and its path.
+
+    None when the default file is absent (or unreadable, if allowed); a file named explicitly
+    must exist and be readable.
+    """
+    explicit = environ.get(env_name)
+    path = explicit or default
     try:
-        text = _read_text(Path(path), MAX_ANNOTATIONS_BYTES)
+        return _read_text(Path(path), limit), path
     except FileNotFoundError:
         if explicit:
             raise SpecDecodeConfigError(
-                f"{ENV_ANNOTATIONS_FILE}={quote_value(path)} does not exist; mount the "
-                "downward-API annotations volume there or unset the variable"
-            ) from None
-        return {}, path
+                f"{env_name}={quote_value(path)} does not exist; mount {what} there or unset "
+                "the variable") from None
+        return None, path
     except OSError as exc:
-        if not explicit:
-            return {}, path
+        if unreadable_default_ok and not explicit:
+            return None, path
         raise SpecDecodeConfigError(
-            f"{ENV_ANNOTATIONS_FILE}={quote_value(path)} cannot be read "
-            f"({exc.strerror or exc}); point it at the downward-API annotations file"
-        ) from None
-    return parse_annotations(text, path, (ANNOTATION_KEY, RUNTIME_KEY)), path
+            f"{env_name}={quote_value(path)} cannot be read ({exc.strerror or exc}); point it "
+            f"at {what} (at most {limit} bytes)") from None
+
+
+def load_yaml(text: str, source: str, fix: str) -> Any:
+    """`yaml.safe_load`, with errors that name the file, the line and the fix."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{source}:{mark.line + 1}" if mark is not None else source
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise SpecDecodeConfigError(f"{where} is not valid YAML ({problem}); {fix}") from None
 
 
 def _read_text(path: Path, limit: int) -> str:
@@ -199,37 +222,15 @@ def read_annotation(environ: Mapping[str, str], key: str, env_name: str) -> Anno
 
 def load_inference_config(environ: Mapping[str, str]) -> InferenceConfig:
     """The `vllm:` section of KAITO's inference config (empty when the file is absent)."""
-    explicit = environ.get(ENV_INFERENCE_CONFIG)
-    path = explicit or DEFAULT_INFERENCE_CONFIG
-    try:
-        text = _read_text(Path(path), MAX_CONFIG_BYTES)
-    except FileNotFoundError:
-        if explicit:
-            raise SpecDecodeConfigError(
-                f"{ENV_INFERENCE_CONFIG}={quote_value(path)} does not exist; mount the "
-                "inference ConfigMap there or unset the variable"
-            ) from None
-        return InferenceConfig(path)
-    except OSError as exc:
-        raise SpecDecodeConfigError(
-            f"inference config {path} cannot be read ({exc.strerror or exc}); it must be a "
-            f"YAML file of at most {MAX_CONFIG_BYTES} bytes"
-        ) from None
-    return parse_inference_config(text, path)
+    text, path = read_input_file(environ, ENV_INFERENCE_CONFIG, DEFAULT_INFERENCE_CONFIG,
+                                 MAX_CONFIG_BYTES, "the inference ConfigMap's YAML file")
+    return InferenceConfig(path) if text is None else parse_inference_config(text, path)
 
 
 def parse_inference_config(text: str, path: str) -> InferenceConfig:
     """Parse inference_config.yaml text (safe_load only) into its `vllm:` section."""
-    try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else path
-        problem = getattr(exc, "problem", None) or type(exc).__name__
-        raise SpecDecodeConfigError(
-            f"inference config {where} is not valid YAML ({problem}); fix the ConfigMap's "
-            "inference_config.yaml"
-        ) from None
+    document = load_yaml(text, f"inference config {path}",
+                         "fix the ConfigMap's inference_config.yaml")
     if document is None:
         return InferenceConfig(path)
     if not isinstance(document, dict):

@@ -8,9 +8,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from vllm_specdec_plugin.errors import SpecDecodeConfigError, quote_value
+from vllm_specdec_plugin.inputs import load_yaml
 
 ENV_PRESETS_FILE = "VLLM_SPECDEC_PRESETS_FILE"
 
@@ -60,12 +59,7 @@ def _lookup_keys(name: str) -> list[str]:
 
 def parse_preset_table(text: str, source: str) -> PresetTable:
     """Parse a presets YAML document (safe_load) into a table."""
-    try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{source}:{mark.line + 1}" if mark is not None else source
-        raise SpecDecodeConfigError(f"presets file {where} is not valid YAML; fix it") from None
+    document = load_yaml(text, f"presets file {source}", "fix it")
     if not isinstance(document, dict) or not isinstance(document.get("presets"), list):
         raise SpecDecodeConfigError(
             f"presets file {source} must be a mapping with a `presets:` list of "
