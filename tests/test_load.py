@@ -42,7 +42,8 @@ SPEC_REFUSAL = "min_p and logit_bias sampling parameters are not yet supported w
 
 
 @contextmanager
-def serve(model: Path, log: Path, extra_env: dict[str, str]) -> Iterator[tuple[int, Any]]:
+def serve(model: Path, log: Path,
+          extra_env: dict[str, str]) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
     """`vllm serve` in its own process group: yields (port, process); killed whole afterwards."""
     env = clean_env(extra_env, log.parent)
     iomp = Path(sys.prefix) / "lib" / "libiomp5.so"  # what the launcher preloads on CPU hosts
@@ -92,10 +93,12 @@ def root_cause(log: Path) -> str:
 
 
 def statuses(results: list[Result], kind: str) -> set[int | None]:
+    """The HTTP statuses one kind of request got (None: no answer)."""
     return {r.status for r in results if r.kind == kind}
 
 
 def test_load_mix_never_takes_the_server_down(tiny_llama: Path, tmp_path: Path) -> None:
+    """No failures, both servers up, refusals as documented, greedy identical, counters sane."""
     spec_log, base_log = tmp_path / "spec.log", tmp_path / "baseline.log"
     spec = run_mix(tiny_llama, spec_log, {"KAITO_ENABLE_SPECULATIVE_DECODING": "true"})
     base = run_mix(tiny_llama, base_log, {})

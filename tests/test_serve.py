@@ -50,6 +50,7 @@ def test_vllm_serve_with_downward_api_annotations(tiny_llama, prompts, tmp_path)
     output = log.read_text()
     assert "source=ngram-fallback" in output
     assert "--async-scheduling turned off" in output
+    assert "vLLM bug fixes applied: cpu-expand-kernel, top-k-empty-batch" in output
 
 
 def test_launcher_real_launch_and_sigterm(tiny_llama, prompts, tmp_path):

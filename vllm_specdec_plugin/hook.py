@@ -85,6 +85,14 @@ def _let_rbln_wrap_first() -> None:
         logger.debug("vllm-rbln model-path wrapper not installed early: %s", exc)
 
 
+def opted_in_quietly() -> bool:
+    """Whether the opt-in is exactly "true"; bad input is left for the engine start to report."""
+    try:
+        return read_opt_in(os.environ).value == "true"
+    except SpecDecodeConfigError:
+        return False
+
+
 def engine_request(args: Any, environ: Any = None) -> EngineRequest:
     """The decision's view of the engine arguments (--spec-* merged as vLLM merges them)."""
     spec = dict(args.speculative_config) if args.speculative_config is not None else None
@@ -130,7 +138,10 @@ def apply_to_engine_args(args: Any) -> Decision | None:
         raise SpecDecodeConfigError(message)
     _apply(args, decision)
     setattr(args, _APPLIED, decision)
-    logger.info("%s", decision.summary())
+    from vllm_specdec_plugin.vllm_fixes import APPLIED
+
+    fixes = f"; vLLM bug fixes applied: {', '.join(APPLIED)}" if APPLIED else ""
+    logger.info("%s%s", decision.summary(), fixes)
     for warning in decision.warnings:
         logger.warning("speculative decoding: %s", warning)
     return decision
