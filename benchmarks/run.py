@@ -120,6 +120,9 @@ def engine_env(config: Configuration) -> dict[str, str]:
     env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
                 "DO_NOT_TRACK": "1", "PYTHONUNBUFFERED": "1", "KAITO_ANNOTATIONS_FILE": "",
                 "TOKENIZERS_PARALLELISM": "false"})
+    iomp = Path(sys.prefix) / "lib" / "libiomp5.so"
+    if iomp.exists():  # as the launcher does on CPU hosts: vLLM's CPU spec decoding needs it
+        env.setdefault("LD_PRELOAD", str(iomp))
     env.update(config.env)
     return env
 
