@@ -16,6 +16,7 @@ from vllm_specdec_plugin.checkpoint import CheckpointInfo
 from vllm_specdec_plugin.errors import quote_value
 from vllm_specdec_plugin.inputs import ANNOTATION_KEY, RUNTIME_KEY, Annotation
 from vllm_specdec_plugin.presets import PresetTable
+from vllm_specdec_plugin.schedule import load_aware_schedule
 
 # KAITO's universal fallback (KAITO v0.13.0): deliberately conservative, no prompt_lookup_min.
 NGRAM_FALLBACK: Mapping[str, Any] = {
@@ -38,12 +39,6 @@ SOURCE_CHECKPOINT_MTP = "checkpoint-mtp"
 SOURCE_DRAFT = "draft-model"
 FALLBACKS = ("ngram", "suffix")
 EAGLE_DRAFT_TOKENS = 3
-# Batch sizes up to which the schedule keeps full k, then half k; above: no speculation.
-SCHEDULE_BREAKS: Mapping[str, tuple[int, int]] = {
-    "ngram": (4, 8), "suffix": (4, 8), "mtp": (8, 16), "eagle": (8, 16), "eagle3": (8, 16),
-    "medusa": (8, 16),
-}
-SCHEDULE_OPEN_END = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -134,6 +129,7 @@ class Decision:
             + ("vLLM default" if self.async_scheduling is None else str(self.async_scheduling)),
         ]
         parts += [f"adjusted: {warning}" for warning in self.warnings]
+        parts += list(self.notes)
         return "; ".join(parts)
 
 
@@ -215,27 +211,6 @@ def decide(
         warnings=tuple(warnings),
         notes=tuple(notes),
     )
-
-
-def load_aware_schedule(method: str, tokens: int, max_num_seqs: int | None) -> list[list[int]]:
-    """`num_speculative_tokens_per_batch_size` ranges: full k at low batch, fewer, then none.
-
-    Speculation pays while decode is memory-bound and the verifier has spare compute; as the
-    batch grows each rejected draft token costs a real slot. Draft-free proposers (ngram,
-    suffix) guess from repeats and are accepted less on open-ended text, so they back off
-    earlier than model-based drafts (mtp, eagle), whose extra forward pass is cheap and
-    accurate. KAITO measured no gain above ~6-8 concurrent requests for ngram.
-    """
-    full, half = SCHEDULE_BREAKS.get(method, SCHEDULE_BREAKS["ngram"])
-    last = max(max_num_seqs or 0, SCHEDULE_OPEN_END)
-    reduced = max(1, tokens // 2)
-    ranges = [[1, full, tokens]]
-    if reduced < tokens:
-        ranges.append([full + 1, half, reduced])
-    else:
-        ranges[0][1] = half
-    ranges.append([ranges[-1][1] + 1, last, 0])
-    return ranges
 
 
 def _with_schedule(config: dict, kaito: KaitoRequest, engine: EngineRequest,
