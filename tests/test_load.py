@@ -100,7 +100,10 @@ def statuses(results: list[Result], kind: str) -> set[int | None]:
 def test_load_mix_never_takes_the_server_down(tiny_llama: Path, tmp_path: Path) -> None:
     """No failures, both servers up, refusals as documented, greedy identical, counters sane."""
     spec_log, base_log = tmp_path / "spec.log", tmp_path / "baseline.log"
-    spec = run_mix(tiny_llama, spec_log, {"KAITO_ENABLE_SPECULATIVE_DECODING": "true"})
+    # Static config (no load-aware schedule): every step speculates, even at 32 in flight, so
+    # the whole mix goes through the speculative sampling path.
+    spec = run_mix(tiny_llama, spec_log, {"KAITO_ENABLE_SPECULATIVE_DECODING": "true",
+                                          "VLLM_SPECDEC_SCHEDULE": "off"})
     base = run_mix(tiny_llama, base_log, {})
     s, b = spec["summary"], base["summary"]
     print("speculative:", {k: v for k, v in s.items() if k != "by_kind"}, s["by_kind"])
