@@ -126,7 +126,8 @@ def apply_to_engine_args(args: Any) -> Decision | None:
         if not is_opted_in(annotation):
             logger.debug("speculative decoding not opted in (%s)", annotation.source)
             return None
-        decision = _decide(args, environ, annotation)
+        request = engine_request(args, environ)
+        decision = _decide(args, request, environ, annotation)
     except SpecDecodeConfigError as exc:
         logger.error("%s", exc.message)
         raise
@@ -136,7 +137,7 @@ def apply_to_engine_args(args: Any) -> Decision | None:
         message = "; ".join(decision.errors)
         logger.error("%s", message)
         raise SpecDecodeConfigError(message)
-    _apply(args, decision)
+    _apply(args, request, decision)
     setattr(args, _APPLIED, decision)
     from vllm_specdec_plugin.vllm_fixes import APPLIED
 
@@ -147,7 +148,7 @@ def apply_to_engine_args(args: Any) -> Decision | None:
     return decision
 
 
-def _decide(args: Any, environ: Any, annotation: Any) -> Decision:
+def _decide(args: Any, request: EngineRequest, environ: Any, annotation: Any) -> Decision:
     from vllm_specdec_plugin.capabilities import capabilities_for, current_vllm_platform
 
     platform = current_vllm_platform()
@@ -156,7 +157,7 @@ def _decide(args: Any, environ: Any, annotation: Any) -> Decision:
         device_name=_device_name() if platform == "rbln" else None,
         rbln_upstream_sampler=_rbln_upstream_sampler(args) if platform == "rbln" else False,
     )
-    return resolve(environ, engine_request(args, environ), platform, annotation=annotation,
+    return resolve(environ, request, platform, annotation=annotation,
                    caps=caps)
 
 
@@ -178,8 +179,7 @@ def _device_name() -> str | None:
         return None
 
 
-def _apply(args: Any, decision: Decision) -> None:
-    requested = engine_request(args)
+def _apply(args: Any, requested: EngineRequest, decision: Decision) -> None:
     if (decision.speculative_config is not None
             and decision.speculative_config != requested.speculative_config):
         args.speculative_config = dict(decision.speculative_config or {})

@@ -27,7 +27,7 @@ from vllm_specdec_plugin.inputs import (
     parse_speculative_config,
 )
 from vllm_specdec_plugin.redact import redact_argv, redact_env
-from vllm_specdec_plugin.resolve import resolve
+from vllm_specdec_plugin.resolve import is_opted_in, read_opt_in, resolve
 
 ENV_MODEL = "KAITO_MODEL"
 EXIT_INVALID = 2
@@ -188,8 +188,7 @@ def build_plan(args: argparse.Namespace, passthrough: list[str],
     if args.config:
         plan.env[ENV_INFERENCE_CONFIG] = args.config
     explicit = file_flags + passthrough
-    probe = resolve(env, engine_request_from_argv(model, explicit, {}), host.platform)
-    opted_in = probe.enabled or bool(probe.errors)
+    opted_in = is_opted_in(read_opt_in(env))  # an invalid value too: its error comes below
     defaults = _drop_given(_host_defaults(host, opted_in, root, environ, plan), explicit)
     plan.argv = ["vllm", "serve", model, *defaults, *explicit]
     caps = capabilities_for(host.platform, device_name=next(iter(host.device_names), None))
