@@ -285,9 +285,7 @@ def _platform_errors(engine: EngineRequest, caps: PlatformCapabilities) -> tuple
         return ()
     if rbln.is_atom(caps.device_name):
         return (rbln.atom_refusal(caps.device_name or ""),)
-    conflict = rbln.legacy_model_env_conflict(
-        {} if engine.rbln_legacy_model_env is None
-        else {rbln.LEGACY_MODEL_ENV: engine.rbln_legacy_model_env})
+    conflict = rbln.legacy_model_env_conflict(engine.rbln_legacy_model_env)
     return (conflict,) if conflict else ()
 
 

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vllm_specdec_plugin.errors import SpecDecodeConfigError, quote_value
-from vllm_specdec_plugin.rbln import is_atom
 
 PLATFORMS = ("rbln", "cuda", "cpu")
 RBLN_TOOLS = ("rbln-smi", "rbln-stat")
@@ -34,10 +33,6 @@ class Host:
     """Model names, e.g. "RBLN-CA25" or "NVIDIA H200" (empty when no tool told)."""
     evidence: tuple[str, ...] = field(default_factory=tuple)
     """What the detection was based on, for the dry run."""
-
-    @property
-    def is_atom(self) -> bool:
-        return any(is_atom(name) for name in self.device_names)
 
 
 def _run_tool(tool: str, args: list[str], path_env: str | None) -> str | None:

@@ -7,7 +7,6 @@ the bad value and the fix. Nothing here decides anything.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -275,8 +274,3 @@ def parse_speculative_config(value: object, source: str) -> dict[str, Any]:
             f"{type(value).__name__} {quote_value(value)}"
         )
     return {str(key).replace("-", "_"): item for key, item in value.items()}
-
-
-def process_environ() -> Mapping[str, str]:
-    """The environment the readers use (a function, so tests and the CLI can pass their own)."""
-    return os.environ

@@ -8,6 +8,7 @@ then replaces itself with vLLM (exec) so signals reach vLLM directly as PID 1.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -88,10 +89,10 @@ def engine_request_from_argv(model: str, argv: Sequence[str],
                              environ: Mapping[str, str]) -> EngineRequest:
     """The decision's view of a `vllm serve` command line."""
     spec = flag_value(argv, "--speculative-config")
-    names = []
+    names: list[str] = []
     for i, item in enumerate(argv):
-        if item == "--served-model-name":
-            names = [n for n in argv[i + 1:] if not n.startswith("--")][:1] or names
+        if item == "--served-model-name":  # nargs="+": the values up to the next flag
+            names = list(itertools.takewhile(lambda n: not n.startswith("--"), argv[i + 1:]))
         elif item.startswith("--served-model-name="):
             names = [item.split("=", 1)[1]]
     async_flag = None

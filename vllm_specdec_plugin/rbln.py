@@ -5,8 +5,6 @@ Each rule mirrors a check in vllm-rbln's own code; tests/test_rbln.py runs that 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from vllm_specdec_plugin.errors import quote_value
 
 # The proposers vllm-rbln's model runner accepts (rbln_model_runner.py: anything else raises
@@ -38,9 +36,8 @@ def atom_refusal(device_name: str) -> str:
     )
 
 
-def legacy_model_env_conflict(environ: Mapping[str, str]) -> str | None:
-    """The error to give when the legacy variable asks for the optimum path, else None."""
-    value = environ.get(LEGACY_MODEL_ENV)
+def legacy_model_env_conflict(value: str | None) -> str | None:
+    """The error to give when the legacy variable's `value` asks for the optimum path."""
     if value is None or value.strip().lower() in _TRUE:
         return None
     shown = quote_value(value)

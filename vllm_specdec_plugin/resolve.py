@@ -54,7 +54,7 @@ def read_opt_in(environ: Mapping[str, str]) -> Annotation:
 
 
 def is_opted_in(annotation: Annotation) -> bool:
-    """True for exactly "true"; an invalid value counts too, so that it gets its error."""
+    """Anything but absent or "false": an invalid value counts too, so that it gets its error."""
     return annotation.value is not None and annotation.value != "false"
 
 
