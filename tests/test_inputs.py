@@ -68,10 +68,14 @@ def test_env_wins_over_file(tmp_path):
     assert read_annotation({**env, "E": "true"}, ANNOTATION_KEY, "E").value == "true"
 
 
-def test_missing_default_file_means_absent():
-    env = {"KAITO_ANNOTATIONS_FILE": ""}
-    assert read_annotation(env, ANNOTATION_KEY, "E").value is None or os.path.exists(
-        "/etc/podinfo/annotations")
+@pytest.mark.parametrize("kind", ["missing", "directory"])
+def test_default_file_missing_or_unreadable_means_absent(tmp_path, monkeypatch, kind):
+    default = tmp_path / "annotations"
+    if kind == "directory":
+        default.mkdir()
+    monkeypatch.setattr("vllm_specdec_plugin.inputs.DEFAULT_ANNOTATIONS_FILE", str(default))
+    annotation = read_annotation({"KAITO_ANNOTATIONS_FILE": ""}, ANNOTATION_KEY, "E")
+    assert annotation.value is None and str(default) in annotation.source
 
 
 @pytest.mark.parametrize("kind", ["missing", "directory"])
