@@ -33,6 +33,8 @@ class Configuration:
     """Platforms ("cpu", "cuda", "rbln") it runs on; None for all."""
     uses_plugin: bool = False
     """The plugin decides the speculative config: record its decision."""
+    by_default: bool = True
+    """Part of a run that names no configurations (else only when named with --configs)."""
 
 
 CONFIGURATIONS: tuple[Configuration, ...] = (
@@ -46,6 +48,11 @@ CONFIGURATIONS: tuple[Configuration, ...] = (
     Configuration("ngram-gpu", "ngram on the GPU, KAITO's k=5 lookup_max=4",
                   speculative_config={**NGRAM_FALLBACK, "method": "ngram_gpu"},
                   platforms=("cuda",)),
+    Configuration("ngram-idle", "ngram k=5 whose schedule drafts 0 tokens at every batch size: "
+                  "the price of the speculative path alone",
+                  speculative_config={**NGRAM_FALLBACK,
+                                      "num_speculative_tokens_per_batch_size": [[1, 65536, 0]]},
+                  by_default=False),
 )
 
 QUICK_CONFIGURATIONS = (BASELINE, "plugin")
@@ -57,7 +64,8 @@ def by_name(names: list[str] | None) -> list[Configuration]:
     unknown = sorted(set(names or ()) - set(known))
     if unknown:
         raise ValueError(f"unknown configuration(s) {unknown}; known: {sorted(known)}")
-    wanted = set(names or known) | {BASELINE}
+    default = {config.name for config in CONFIGURATIONS if config.by_default}
+    wanted = set(names or default) | {BASELINE}
     return [config for config in CONFIGURATIONS if config.name in wanted]
 
 

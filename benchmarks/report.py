@@ -16,7 +16,7 @@ MISMATCH_NOTE = (
     "identical)."
 )
 COLUMNS = ("concurrency", "configuration", "output tok/s", "TPOT ms p50", "TPOT ms p90",
-           "accept rate", "mean accept len", "speedup", "same tokens")
+           "accept rate", "mean accept len", "speedup", "per round", "same tokens")
 
 
 def fmt(value: float | None, digits: int = 1) -> str:
@@ -29,7 +29,8 @@ def row(cell: dict[str, Any]) -> list[str]:
     return [str(cell["concurrency"]), cell["configuration"], fmt(cell["output_tokens_per_s"]),
             fmt(cell["tpot_ms"]["median"]), fmt(cell["tpot_ms"]["p90"]),
             fmt(spec["acceptance_rate"], 2), fmt(spec["mean_acceptance_length"], 2),
-            fmt(cell["speedup"], 2), same]
+            fmt(cell["speedup"], 2),
+            " / ".join(fmt(value, 2) for value in cell.get("speedup_rounds", [])), same]
 
 
 def table(header: Sequence[str], rows: list[list[str]]) -> list[str]:
@@ -48,10 +49,12 @@ def configuration_lines(result: dict[str, Any]) -> list[str]:
         decided = ""
         if info.get("decision"):
             decided = f"; plugin decision: source `{info['decision'].get('source')}`"
+        starts = ", ".join(f"{r['startup_s']:.0f}" for r in info["rounds"])
+        loads = ", ".join(f"{r['load_average'][0]:.1f} -> {r['load_average'][1]:.1f}"
+                          for r in info["rounds"])
         lines.append(f"- `{name}`: {info['description']}; engine ran with "
                      f"`{json.dumps(spec, sort_keys=True)}`{decided}; "
-                     f"engine start {info['startup_s']:.0f} s; host load average "
-                     f"{info['load_average'][0]:.1f} -> {info['load_average'][1]:.1f}")
+                     f"engine start {starts} s; host load average {loads}")
     return lines
 
 
@@ -75,7 +78,10 @@ def markdown(result: dict[str, Any]) -> str:
              f"({meta['cpu_count']} CPUs), greedy, max_tokens {meta['max_tokens']}, stop at EOS"
              f"{', quick run' if meta['quick'] else ''}. Wall time {meta['wall_s']:.0f} s.",
              f"Concurrency = requests in flight (closed loop); requests per cell "
-             f"{meta['requests_per_cell']}. Speedup = output tok/s / `none`'s in the same run.",
+             f"{meta['requests_per_cell']}. {meta.get('rounds', 1)} round(s): each round starts "
+             f"one engine per configuration, in rotating order. Speedup = output tok/s / "
+             f"`none`'s in the same round; the table gives the median over rounds (and each "
+             f"round's), tok/s and TPOT are medians over rounds, acceptance sums all rounds.",
              "", "## Configurations", "", *configuration_lines(result), ""]
     for workload in meta["workloads"]:
         cells = [c for c in result["cells"] if c["workload"] == workload]

@@ -1,13 +1,16 @@
 """Benchmark speculative decoding on a real vLLM engine: configurations x workloads x concurrency.
 
     python benchmarks/run.py [--quick] [--model PATH] [--out DIR] [--configs none plugin ...]
+                             [--rounds N]
 
-Each configuration (see `benchmarks/configs.py`) gets ONE fresh engine, in its own process
+Each configuration (see `benchmarks/configs.py`) gets ONE fresh engine per round, in its own process
 (`benchmarks/engine.py`), which runs every workload x concurrency cell with the same prompts,
 greedy (temperature 0, stop at EOS, fixed max_tokens). Per cell: output tokens/s, TPOT median and
 p90, TTFT, acceptance rate and mean acceptance length (deltas of the engine's spec-decode
 counters), speedup vs `none` from the same run, and whether every prompt produced exactly the
-token ids `none` produced. Also the plugin's own cost (`benchmarks/plugin_cost.py`). Written to
+token ids `none` produced. Rounds (default 3) repeat every engine in rotating order; a cell's
+speedup is the median over rounds of its ratio to the same round's `none`, which cancels most of a
+shared host's slow phases. Also the plugin's own cost (`benchmarks/plugin_cost.py`). Written to
 the output dir as results.json, results.md and speedup.png.
 
 How concurrency is measured is explained in `benchmarks/engine.py` (a closed loop holding N
@@ -44,7 +47,7 @@ from benchmarks.configs import (  # noqa: E402
     unavailable_reason,
 )
 from benchmarks.plugin_cost import measure  # noqa: E402
-from benchmarks.stats import compare  # noqa: E402
+from benchmarks.stats import combine_rounds, compare  # noqa: E402
 
 WORKLOAD_DIR = Path(__file__).parent / "workloads"
 WORKLOADS = ("input_grounded", "multi_turn", "open_ended")
@@ -56,9 +59,9 @@ PLUGIN_ENV = (
     "VLLM_SPECDEC_SCHEDULE", "VLLM_PLUGINS",
 )
 FULL = {"concurrency": [1, 4, 16, 32], "requests": [4, 8, 16, 32], "max_tokens": 128,
-        "workloads": list(WORKLOADS), "import_runs": 5, "decide_calls": 1000}
+        "workloads": list(WORKLOADS), "rounds": 3, "import_runs": 5, "decide_calls": 1000}
 QUICK = {"concurrency": [1, 4], "requests": [2, 4], "max_tokens": 32,
-         "workloads": ["input_grounded"], "import_runs": 3, "decide_calls": 200}
+         "workloads": ["input_grounded"], "rounds": 1, "import_runs": 3, "decide_calls": 200}
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -81,6 +84,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="engine dtype (float32 makes greedy speculation bit-exact on CPU)")
     parser.add_argument("--compile", action="store_true", help="no enforce_eager")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per engine")
+    parser.add_argument("--rounds", type=int,
+                        help="engines per configuration, run in rotating order; figures are "
+                        "medians over rounds (default: 3, quick: 1)")
     parser.add_argument("--no-plugin-cost", action="store_true")
     return parser.parse_args(argv)
 
@@ -88,11 +94,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def settings(args: argparse.Namespace) -> dict[str, Any]:
     """The run's settings: the quick or full defaults, overridden by flags."""
     base = dict(QUICK if args.quick else FULL)
-    for key in ("concurrency", "requests", "max_tokens", "workloads"):
+    for key in ("concurrency", "requests", "max_tokens", "workloads", "rounds"):
         if getattr(args, key) is not None:
             base[key] = getattr(args, key)
     if len(base["requests"]) != len(base["concurrency"]):
         raise SystemExit("--requests needs one value per --concurrency level")
+    if base["rounds"] < 1:
+        raise SystemExit("--rounds must be at least 1")
     base["configs"] = args.configs or (list(QUICK_CONFIGURATIONS) if args.quick else None)
     return base
 
@@ -162,7 +170,7 @@ def _reap_group(pgid: int) -> None:
 
 def run_engine(args: argparse.Namespace, model: str, config: Configuration,
                cells: list[dict[str, Any]], work: Path, max_tokens: int) -> dict[str, Any]:
-    """One configuration's engine over every cell, in a fresh process."""
+    """One configuration's engine over every cell, in a fresh process (`work`: per round)."""
     spec = {"llm": llm_kwargs(args, model, config, max(c["concurrency"] for c in cells)),
             "cells": cells, "max_tokens": max_tokens}
     spec_path, out_path = work / f"{config.name}.spec.json", work / f"{config.name}.out.json"
@@ -212,6 +220,15 @@ def run_configuration(args: argparse.Namespace, model: str, config: Configuratio
             "load_average": [load_before, os.getloadavg()[0]]}, raw["cells"]
 
 
+def record_round(configurations: dict[str, Any], name: str, info: dict[str, Any]) -> None:
+    """Keep a configuration's first-round info; add each round's timing under "rounds"."""
+    timing = {key: info.pop(key) for key in ("startup_s", "wall_s", "load_average")
+              if key in info}
+    entry = configurations.setdefault(name, {**info, "rounds": []})
+    if timing:
+        entry["rounds"].append(timing)
+
+
 def vllm_version() -> str | None:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -237,27 +254,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     workloads = [load_workload(name) for name in conf["workloads"]]
     cells = [c for w in workloads for c in cells_for(w, conf["concurrency"], conf["requests"])]
     configurations: dict[str, Any] = {}
-    raw_cells: dict[str, list[dict[str, Any]]] = {}
+    rounds: list[dict[str, list[dict[str, Any]]]] = []
+    order = by_name(conf["configs"])
     with tempfile.TemporaryDirectory(prefix="specdec-bench-") as tmp:
-        for config in by_name(conf["configs"]):
-            info, raws = run_configuration(args, model, config, cells, Path(tmp),
-                                           conf["max_tokens"])
-            configurations[config.name] = info
-            if raws:
-                raw_cells[config.name] = raws
+        for index in range(conf["rounds"]):
+            # Rotate the order so no configuration always runs first (cold host) or last.
+            shift = index % len(order)
+            work = Path(tmp) / f"round{index}"
+            work.mkdir()
+            raw_cells: dict[str, list[dict[str, Any]]] = {}
+            for config in order[shift:] + order[:shift]:
+                print(f"[bench] round {index + 1}/{conf['rounds']}", flush=True)
+                info, raws = run_configuration(args, model, config, cells, work,
+                                               conf["max_tokens"])
+                record_round(configurations, config.name, info)
+                if raws:
+                    raw_cells[config.name] = raws
+            rounds.append(raw_cells)
     cost = None if args.no_plugin_cost else measure(model, conf["import_runs"],
                                                     conf["decide_calls"])
     result = {
         "meta": {"model": model, "quick": args.quick, "max_tokens": conf["max_tokens"],
                  "concurrency": conf["concurrency"], "requests_per_cell": conf["requests"],
                  "workloads": conf["workloads"], "baseline": BASELINE,
+                 "rounds": conf["rounds"],
                  "platform": args.platform, "vllm_version": vllm_version(),
                  "cpu_count": os.cpu_count(), "python": platform.python_version(),
                  "enforce_eager": not args.compile, "kv_cache_bytes": args.kv_cache_bytes,
                  "wall_s": time.perf_counter() - started},
         "workload_descriptions": {w["name"]: w["description"] for w in workloads},
         "configurations": configurations,
-        "cells": compare(raw_cells, BASELINE),
+        "cells": combine_rounds([compare(raws, BASELINE) for raws in rounds]),
         "plugin_cost": cost,
     }
     for path in report.write(result, args.out):

@@ -93,3 +93,46 @@ def compare(cells: dict[str, list[dict[str, Any]]], baseline: str) -> list[dict[
             figures.update(token_check(raw, ref))
             out.append(figures)
     return out
+
+
+def median_of(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def combine_rounds(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One figure per cell from several rounds of `compare` output (cells in any order).
+
+    Throughput, TPOT/TTFT and speedup are medians over rounds; each round's speedup is against
+    that round's own baseline, so slow phases of a shared host cancel out of the ratio. Spec
+    counters are summed over rounds; tokens must match in every round.
+    """
+    def key(fig: dict[str, Any]) -> tuple[str, int, str]:
+        return fig["workload"], fig["concurrency"], fig["configuration"]
+
+    by_key = [{key(fig): fig for fig in figures} for figures in rounds]
+    combined = []
+    for first in rounds[0]:
+        per_round = [figures[key(first)] for figures in by_key]
+        totals = {"drafts": 0.0, "draft_tokens": 0.0, "accepted": 0.0}
+        for fig in per_round:
+            totals["drafts"] += fig["spec_decode"]["drafts"]
+            totals["draft_tokens"] += fig["spec_decode"]["draft_tokens"]
+            totals["accepted"] += fig["spec_decode"]["accepted_tokens"]
+        speedups = [fig["speedup"] for fig in per_round]
+        mismatched = [fig for fig in per_round if not fig["tokens_match"]]
+        combined.append({
+            **first,
+            "elapsed_s": median_of([fig["elapsed_s"] for fig in per_round]),
+            "output_tokens_per_s": median_of([fig["output_tokens_per_s"] for fig in per_round]),
+            "tpot_ms": {q: median_of([fig["tpot_ms"][q] for fig in per_round])
+                        for q in ("median", "p90")},
+            "ttft_ms": {q: median_of([fig["ttft_ms"][q] for fig in per_round])
+                        for q in ("median", "p90")},
+            "spec_decode": spec_figures(totals),
+            "speedup": median_of(speedups),
+            "speedup_rounds": speedups,
+            "tokens_match": not mismatched,
+            "mismatches": mismatched[0]["mismatches"] if mismatched else [],
+        })
+    return combined

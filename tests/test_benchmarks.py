@@ -16,7 +16,12 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks.configs import BASELINE, CONFIGURATIONS, by_name  # noqa: E402
-from benchmarks.stats import first_difference, percentile, spec_figures  # noqa: E402
+from benchmarks.stats import (  # noqa: E402
+    combine_rounds,
+    first_difference,
+    percentile,
+    spec_figures,
+)
 from benchmarks.workloads.build import WORKLOADS, build  # noqa: E402
 
 QUICK_TIMEOUT_S = 600
@@ -91,6 +96,8 @@ def test_configuration_table() -> None:
     names = [c.name for c in CONFIGURATIONS]
     assert len(names) == len(set(names)) and names[0] == BASELINE
     assert [c.name for c in by_name(["plugin"])] == [BASELINE, "plugin"]
+    assert "ngram-idle" not in [c.name for c in by_name(None)]
+    assert [c.name for c in by_name(["ngram-idle"])] == [BASELINE, "ngram-idle"]
     with pytest.raises(ValueError, match="unknown configuration"):
         by_name(["nope"])
 
@@ -122,3 +129,27 @@ def test_smollm2_cached_checkpoint_is_instant(tmp_path: Path,
     assert smollm2.ensure_smollm2(tmp_path) == target
     monkeypatch.setenv(smollm2.ENV_CACHE, str(tmp_path))
     assert smollm2.ensure_smollm2() == target
+
+
+def figure(rate: float, speedup: float, drafts: float, match: bool = True,
+           config: str = "plugin") -> dict[str, Any]:
+    return {"workload": "w", "concurrency": 4, "configuration": config, "elapsed_s": 10 / rate,
+            "output_tokens_per_s": rate, "tpot_ms": {"median": 1000 / rate, "p90": None},
+            "ttft_ms": {"median": 5.0, "p90": 6.0}, "speedup": speedup,
+            "spec_decode": {**spec_figures({"drafts": drafts, "draft_tokens": 5 * drafts,
+                                            "accepted": 2 * drafts})},
+            "tokens_match": match, "mismatches": [] if match else [{"id": "p1"}]}
+
+
+def test_rounds_combine_as_medians_with_summed_counters() -> None:
+    """Rounds run the configurations in rotating order: cells pair up by identity, not position."""
+    none = figure(9.0, 1.0, 0, config="none")
+    rounds = [[none, figure(10.0, 1.10, 1)], [figure(30.0, 0.90, 2), none],
+              [none, figure(20.0, 1.00, 3, False)]]
+    base, cell = combine_rounds(rounds)
+    assert base["speedup_rounds"] == [1.0, 1.0, 1.0] and base["tokens_match"]
+    assert cell["output_tokens_per_s"] == 20.0 and cell["speedup"] == 1.00
+    assert cell["speedup_rounds"] == [1.10, 0.90, 1.00]
+    assert cell["tpot_ms"] == {"median": 50.0, "p90": None}
+    assert cell["spec_decode"]["drafts"] == 6 and cell["spec_decode"]["acceptance_rate"] == 0.4
+    assert not cell["tokens_match"] and cell["mismatches"] == [{"id": "p1"}]
