@@ -33,6 +33,21 @@ def test_opt_in_runs_kaito_ngram_with_identical_tokens(tiny_llama, prompts, base
     assert "source=ngram-fallback" in result["log"]
 
 
+def test_schedule_stops_drafting_at_saturation(tiny_llama, prompts, tmp_path):
+    """12 requests decoding in lockstep (batch 12, above the schedule's 8): the plugin's default
+    drafts nothing; the same batch with the static config (VLLM_SPECDEC_SCHEDULE=off) drafts."""
+    batch = (prompts * 12)[:12]
+    llm = {"model": str(tiny_llama)}
+    scheduled = run_engine(llm, batch, clean_env(OPT_IN, tmp_path), max_tokens=24)
+    static = run_engine(llm, batch, clean_env({**OPT_IN, "VLLM_SPECDEC_SCHEDULE": "off"},
+                                              tmp_path), max_tokens=24)
+    assert scheduled["speculative_config"]["num_speculative_tokens_per_batch_size"][-1][2] == 0
+    assert static["speculative_config"]["num_speculative_tokens_per_batch_size"] is None
+    assert static["metrics"]["vllm:spec_decode_num_drafts"] > 0
+    assert scheduled["metrics"].get("vllm:spec_decode_num_drafts", 0) == 0
+    assert scheduled["token_ids"] == static["token_ids"]
+
+
 def test_not_opted_in_is_invisible(tiny_llama, baseline, tmp_path):
     """Resolved config equal to vLLM's with the plugin not loaded at all, and no log line."""
     assert baseline["speculative_config"] is None
