@@ -263,8 +263,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             work = Path(tmp) / f"round{index}"
             work.mkdir()
             raw_cells: dict[str, list[dict[str, Any]]] = {}
+            print(f"[bench] round {index + 1}/{conf['rounds']}", flush=True)
             for config in order[shift:] + order[:shift]:
-                print(f"[bench] round {index + 1}/{conf['rounds']}", flush=True)
                 info, raws = run_configuration(args, model, config, cells, work,
                                                conf["max_tokens"])
                 record_round(configurations, config.name, info)

@@ -12,17 +12,11 @@ from typing import Any
 import pytest
 from conftest import clean_env
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from benchmarks.configs import BASELINE, CONFIGURATIONS, by_name
+from benchmarks.stats import combine_rounds, first_difference, percentile, spec_figures
+from benchmarks.workloads.build import WORKLOADS, build
 
-from benchmarks.configs import BASELINE, CONFIGURATIONS, by_name  # noqa: E402
-from benchmarks.stats import (  # noqa: E402
-    combine_rounds,
-    first_difference,
-    percentile,
-    spec_figures,
-)
-from benchmarks.workloads.build import WORKLOADS, build  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 QUICK_TIMEOUT_S = 600
 CELL_KEYS = {"workload", "concurrency", "configuration", "requests", "prompt_tokens",

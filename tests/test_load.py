@@ -21,10 +21,7 @@ import httpx
 import pytest
 from conftest import clean_env, free_port, http, kill_group, wait_healthy
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from benchmarks.loadtest import (  # noqa: E402
+from benchmarks.loadtest import (
     KINDS,
     Result,
     fetch_counters,
