@@ -69,7 +69,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true",
                         help="none + plugin, one workload, concurrency 1 and 4, 32 tokens")
     parser.add_argument("--model", help="a local checkpoint (default: SmolLM2-135M-Instruct, "
-                        "built by vllm_specdec_plugin.smollm2)")
+                        "built by benchmarks/smollm2.py)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     parser.add_argument("--configs", nargs="+", help="configuration names (none always runs)")
     parser.add_argument("--workloads", nargs="+", choices=WORKLOADS)
@@ -241,7 +241,7 @@ def vllm_version() -> str | None:
 
 
 def default_model() -> str:
-    from vllm_specdec_plugin.smollm2 import ensure_smollm2
+    from benchmarks.smollm2 import ensure_smollm2
 
     return str(ensure_smollm2())
 

@@ -16,6 +16,11 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:  # run as a script: make `benchmarks` (the model builder) importable
+    sys.path.insert(0, str(REPO))
 
 CODE = '''def total_price(items):
     total = 0
@@ -72,7 +77,7 @@ def main() -> int:
     if args.model:
         model = args.model
     else:
-        from vllm_specdec_plugin.smollm2 import ensure_smollm2
+        from benchmarks.smollm2 import ensure_smollm2
 
         model = str(ensure_smollm2())
     env = {**os.environ, "KAITO_ENABLE_SPECULATIVE_DECODING": "true", "HF_HUB_OFFLINE": "1"}

