@@ -43,19 +43,34 @@ def resolved(config: object) -> dict:
     }
 
 
+def config_only(kwargs: dict) -> None:
+    """vLLM's config resolution only; the plugin's decision (as the hook made it) alongside."""
+    from dataclasses import asdict
+
+    from vllm.engine.arg_utils import EngineArgs
+
+    args = None
+    try:
+        args = EngineArgs(**kwargs)
+        config = args.create_engine_config()
+        out = {**resolved(config), "config_hash": config.compute_hash()}
+    except BaseException as exc:  # SystemExit from the plugin included
+        out = {"error_type": type(exc).__name__, "error": str(exc)}
+    decision = getattr(args, "_specdec_plugin_decision", None)
+    out["decision"] = asdict(decision) if decision is not None else None
+    print(json.dumps(out, default=list))
+
+
 def main() -> None:
     spec = json.loads(sys.argv[1])
     from vllm import LLM, SamplingParams
 
     kwargs = {"enforce_eager": True, "kv_cache_memory_bytes": 1 << 30, "max_model_len": 1024,
               "disable_log_stats": False, **spec["llm"]}
+    if spec.get("config_only"):
+        config_only(kwargs)
+        return
     try:
-        if spec.get("config_only"):
-            from vllm.engine.arg_utils import EngineArgs
-
-            config = EngineArgs(**kwargs).create_engine_config()
-            print(json.dumps({**resolved(config), "config_hash": config.compute_hash()}))
-            return
         llm = LLM(**kwargs)
     except BaseException as exc:  # SystemExit from the plugin included
         print(json.dumps({"error_type": type(exc).__name__, "error": str(exc)}))

@@ -248,6 +248,11 @@ def test_draft_checks(tmp_path):
 
 # --- the load-aware schedule -----------------------------------------------------------------
 SCHED = type(CPU)(**{**CPU.__dict__, "batch_schedule": True})
+CUDA_V2 = type(CUDA_033)(**{**CUDA_033.__dict__, "batch_schedule": True,
+                            "v2_methods": frozenset({"ngram", "mtp", "eagle", "eagle3"}),
+                            "static_schedule": {"mtp": "MTP ... (upstream vLLM issue #48494)"}})
+CUDA_V1 = type(CUDA_033)(**{**CUDA_033.__dict__, "batch_schedule": True, "static_schedule": {
+    m: "V1 downgrades FULL_AND_PIECEWISE to PIECEWISE" for m in ("ngram", "mtp", "eagle")}})
 
 
 def test_plugin_choice_carries_a_load_aware_schedule():
@@ -255,9 +260,82 @@ def test_plugin_choice_carries_a_load_aware_schedule():
     assert decision.speculative_config["num_speculative_tokens_per_batch_size"] == [
         [1, 4, 5], [5, 8, 2], [9, 65536, 0]]
     assert decision.speculative_config["num_speculative_tokens"] == 5
-    assert any("load-aware schedule" in n and "CUDA graphs" in n for n in decision.notes)
-    mtp = run(caps=SCHED, model="Qwen/Qwen3.5-4B").speculative_config
+    assert any("load-aware schedule" in n for n in decision.notes)
+    mtp = run(caps=SCHED, checkpoint=CheckpointInfo("/m", mtp_layers=1)).speculative_config
     assert mtp["num_speculative_tokens_per_batch_size"] == [[1, 16, 1], [17, 65536, 0]]
+
+
+@pytest.mark.parametrize("caps", [SCHED, CUDA_V2, CUDA_V1], ids=["cpu", "cuda-v2", "cuda-v1"])
+def test_tuned_presets_get_exactly_kaitos_config_everywhere(caps):
+    decision = run(caps=caps, model="Qwen/Qwen3.5-4B")
+    assert decision.speculative_config == {"method": "mtp", "num_speculative_tokens": 1}
+    assert any("exactly as KAITO validated" in n for n in decision.notes)
+
+
+def test_cuda_keeps_the_schedule_only_where_vllm_keeps_it():
+    # V2 runner: ngram keeps full graphs with the schedule
+    v2 = run(caps=CUDA_V2)
+    assert "num_speculative_tokens_per_batch_size" in v2.speculative_config
+    assert any("each distinct k" in n for n in v2.notes)
+    # V1 runner: the schedule would downgrade FULL_AND_PIECEWISE to PIECEWISE
+    v1 = run(caps=CUDA_V1)
+    assert v1.speculative_config == dict(NGRAM_FALLBACK)
+    assert any("PIECEWISE" in n for n in v1.notes)
+    # MTP from the checkpoint on CUDA: upstream #48494, static even on V2
+    mtp = run(caps=CUDA_V2, checkpoint=CheckpointInfo("/m", mtp_layers=1))
+    assert mtp.speculative_config == {"method": "mtp", "num_speculative_tokens": 1}
+    assert any("48494" in n for n in mtp.notes)
+
+
+def test_static_schedule_reasons_read_from_the_installed_vllm():
+    from vllm_specdec_plugin.capabilities import static_schedule_reasons
+
+    reasons = static_schedule_reasons("cuda", ["ngram", "mtp", "suffix"], {"ngram", "mtp"})
+    assert set(reasons) == {"mtp", "suffix"} and "48494" in reasons["mtp"]
+    assert "PIECEWISE" in reasons["suffix"]
+    assert static_schedule_reasons("cpu", ["ngram", "eagle"], ()) == {}
+
+
+def test_prefill_only_instance_gets_no_speculation():
+    decision = run(kv_role="kv_producer")
+    assert not decision.enabled and decision.source == "prefill-only"
+    assert decision.errors == () and "prefill-only" in decision.notes[0]
+    assert "prefill-only" in decision.summary()
+    for role in ("kv_consumer", "kv_both", None):
+        assert run(kv_role=role).method == "ngram"
+    user = {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 2}
+    kept = run(kv_role="kv_producer", speculative_config=user)
+    assert kept.enabled and kept.speculative_config == user
+    assert any("prefill-only" in n for n in kept.notes)
+
+
+def test_pipeline_parallelism_warns_and_refuses_by_name():
+    decision = run(pipeline_parallel_size=2)
+    assert decision.enabled and any("#2303" in w for w in decision.warnings)
+    refusing = type(CPU)(**{**CPU.__dict__, "pipeline_refusals": {"ngram": "no way"}})
+    decision = run(caps=refusing, pipeline_parallel_size=2)
+    assert not decision.enabled
+    assert "method 'ngram' cannot run with pipeline parallelism" in decision.errors[0]
+    assert "no way" in decision.errors[0]
+    # PP on the V1 runner: async off, even for mtp
+    decision = run(caps=CUDA_V1, model="Qwen/Qwen3.5-4B", pipeline_parallel_size=2,
+                   async_scheduling=True)
+    assert decision.async_scheduling is False
+
+
+def test_speculators_checkpoint_gets_the_same_checks():
+    spec = CheckpointInfo("/m", speculators=True, speculators_method="eagle3",
+                          speculators_tokens=40)
+    decision = run(caps=RBLN, checkpoint=spec)
+    assert decision.source == "speculators-checkpoint" and decision.method == "eagle3"
+    assert decision.speculative_config == {"num_speculative_tokens": 32}  # RBLN's cap
+    assert decision.async_scheduling is False
+    decision = run(caps=CUDA_033, checkpoint=CheckpointInfo(
+        "/m", speculators=True, speculators_method="medusa", speculators_tokens=3))
+    assert "'medusa' is not supported" in decision.errors[0]
+    decision = run(caps=CUDA_033, checkpoint=CheckpointInfo(
+        "/m", speculators=True, speculators_method="eagle3", speculators_tokens=3))
+    assert decision.enabled and decision.speculative_config is None
 
 
 def test_schedule_off_cases():

@@ -102,3 +102,22 @@ def test_plugin_failure_serve_without(env, tiny_llama, plugin_log):
     assert args.speculative_config == 42 and args.model_impl == "auto"
     assert any(r.levelno == logging.WARNING and "WITHOUT speculative decoding" in r.getMessage()
                for r in plugin_log)
+
+
+def test_spec_flag_and_same_key_in_speculative_config_refused(env, tiny_llama):
+    env.setenv("KAITO_ENABLE_SPECULATIVE_DECODING", "true")
+    args = EngineArgs(model=str(tiny_llama), spec_tokens=2,
+                      speculative_config={"method": "ngram", "num-speculative-tokens": 3})
+    with pytest.raises(SpecDecodeConfigError, match="mutually exclusive"):
+        apply_to_engine_args(args)
+
+
+def test_prefill_only_instance_changes_nothing(env, tiny_llama, plugin_log):
+    env.setenv("KAITO_ENABLE_SPECULATIVE_DECODING", "true")
+    args = EngineArgs(model=str(tiny_llama), kv_transfer_config={
+        "kv_connector": "ExampleConnector", "kv_role": "kv_producer"})
+    before = snapshot(args)
+    decision = apply_to_engine_args(args)
+    assert decision.source == "prefill-only" and snapshot(args) == before
+    assert any(r.levelno == logging.INFO and "prefill-only" in r.getMessage()
+               for r in plugin_log)

@@ -69,8 +69,8 @@ def test_cuda_host_tensor_parallel_from_visible_gpus(capsys, tmp_path):
     assert rc == 0 and plan["platform"] == "cuda" and plan["devices"] == ["0", "1"]
     assert plan["argv"][3:] == ["--shutdown-timeout", str(SHUTDOWN_TIMEOUT_S),
                                 "--tensor-parallel-size", "2"]
-    spec = plan["decision"]["speculative_config"]
-    assert (spec["method"], spec["num_speculative_tokens"]) == ("mtp", 1)
+    assert plan["decision"]["speculative_config"] == {"method": "mtp",
+                                                      "num_speculative_tokens": 1}
     rc, plan, _ = dry_run(capsys, root, path, "--model", "m",
                           env={**OPT_IN, "CUDA_VISIBLE_DEVICES": "1"})
     assert plan["devices"] == ["1"] and "--tensor-parallel-size" in plan["argv"]
@@ -192,3 +192,39 @@ def test_example_manifests_show_the_contract():
         if "inference-config" in mounts:
             assert mounts["inference-config"] + "/inference_config.yaml" == (
                 DEFAULT_INFERENCE_CONFIG)
+
+
+def test_vllm_parser_reads_tp_alias_and_underscore_spellings(capsys, tmp_path):
+    root, path = host_root(tmp_path, "cuda")
+    rc, plan, _ = dry_run(capsys, root, path, "--model", "m", "--", "-tp", "1",
+                          "--speculative_config", '{"method": "ngram", '
+                          '"num-speculative-tokens": 2, "prompt_lookup_max": 2}', env=OPT_IN)
+    assert rc == 0 and "--tensor-parallel-size" not in plan["argv"]  # -tp 1 is the user's
+    decision = plan["decision"]
+    assert decision["source"] == "user-config (engine arguments)"
+    assert decision["speculative_config"] == {"method": "ngram", "num_speculative_tokens": 2,
+                                              "prompt_lookup_max": 2}
+
+
+def test_rbln_token_cap_sees_dash_form_keys(capsys, tmp_path):
+    root, path = host_root(tmp_path, "rbln")
+    rc, plan, _ = dry_run(capsys, root, path, "--model", "m", "--", "--speculative-config",
+                          '{"method": "ngram", "num-speculative-tokens": 40, '
+                          '"prompt_lookup_max": 4}', env=OPT_IN)
+    assert rc == 0 and plan["decision"]["speculative_config"]["num_speculative_tokens"] == 32
+
+
+def test_prefill_only_instance_is_left_without_speculation(capsys, tmp_path):
+    root, path = host_root(tmp_path, "cuda")
+    rc, plan, _ = dry_run(capsys, root, path, "--model", "Qwen/Qwen3.5-4B", "--",
+                          "--kv-transfer-config",
+                          '{"kv_connector": "NixlConnector", "kv_role": "kv_producer"}',
+                          env=OPT_IN)
+    decision = plan["decision"]
+    assert rc == 0 and not decision["enabled"] and decision["source"] == "prefill-only"
+    rc, plan, _ = dry_run(capsys, root, path, "--model", "Qwen/Qwen3.5-4B", "--",
+                          "--kv-transfer-config",
+                          '{"kv_connector": "NixlConnector", "kv_role": "kv_consumer"}',
+                          env=OPT_IN)
+    assert plan["decision"]["speculative_config"] == {"method": "mtp",
+                                                      "num_speculative_tokens": 1}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Iterable
+from types import SimpleNamespace
 from typing import Any, get_args
 
 from vllm_specdec_plugin.decision import PlatformCapabilities
@@ -21,6 +22,17 @@ _FALLBACK_ASYNC_METHODS = frozenset({"eagle", "eagle3", "mtp", "draft_model"})
 # Methods vLLM's VllmConfig accepts with async scheduling besides the EAGLE/MTP family
 # (vllm/config/vllm.py names them as strings, not as a Literal type).
 _ASYNC_EXTRA_METHODS = frozenset({"draft_model", "dspark", "dflash"})
+# Platforms whose default cudagraph_mode captures full CUDA graphs (FULL_AND_PIECEWISE).
+CUDA_GRAPH_PLATFORMS = frozenset({"cuda", "rocm"})
+# Methods whose proposer honours num_speculative_tokens_per_batch_size on the V1 model runner.
+# vLLM 0.33 keeps the field only for these (`VllmConfig._maybe_disable_dynamic_sd_for_v1`,
+# a tuple inside the method body, so it is mirrored here; applied only where that method exists).
+_V1_SCHEDULE_METHODS = frozenset({"ngram", "eagle", "eagle3", "mtp", "draft_model", "dflash"})
+# Known failures of the schedule that no vLLM type tells: upstream vLLM issue #48494 (open).
+_SCHEDULE_FAILURES = {
+    "mtp": "MTP with num_speculative_tokens_per_batch_size fails full-CUDA-graph decode "
+           "capture (upstream vLLM issue #48494)",
+}
 
 
 def _flatten_literal(tp: Any) -> set[str]:
@@ -57,6 +69,75 @@ def installed_vllm_has_batch_schedule() -> bool:
     return "num_speculative_tokens_per_batch_size" in fields
 
 
+def v2_model_runner_methods(methods: Iterable[str]) -> frozenset[str]:
+    """The methods the installed vLLM would run on Model Runner V2 on this host.
+
+    Read from vLLM itself: `VLLM_USE_V2_MODEL_RUNNER`, Triton's presence and
+    `VllmConfig._get_v2_model_runner_unsupported_features` (called for each method on a
+    minimal stand-in of the config it reads). Empty where vLLM has no V2 runner or the rule
+    cannot be read: the caller then treats every method as V1, the safe side.
+    """
+    try:
+        import vllm.envs as envs
+        from vllm.config.vllm import VllmConfig
+        from vllm.triton_utils import HAS_TRITON
+    except ImportError:
+        return frozenset()
+    unsupported = getattr(VllmConfig, "_get_v2_model_runner_unsupported_features", None)
+    if unsupported is None or not hasattr(VllmConfig, "use_v2_model_runner"):
+        return frozenset()
+    forced = envs.VLLM_USE_V2_MODEL_RUNNER
+    if forced is False or (forced is None and not HAS_TRITON):
+        return frozenset()
+    if forced:
+        return frozenset(methods)
+    v2 = set()
+    for method in methods:
+        spec = SimpleNamespace(method=method, parallel_drafting=False,
+                               use_heterogeneous_vocab=False)
+        parallel = SimpleNamespace(distributed_executor_backend=None, pipeline_parallel_size=1,
+                                   use_ubatching=False)
+        try:
+            if not unsupported(SimpleNamespace(speculative_config=spec,
+                                               parallel_config=parallel)):
+                v2.add(method)
+        except Exception:  # the rule reads more than this stand-in has: assume V1
+            continue
+    return frozenset(v2)
+
+
+def static_schedule_reasons(platform: str, methods: Iterable[str],
+                            v2_methods: Iterable[str]) -> dict[str, str]:
+    """Per method: why the load-aware schedule must stay off with the installed vLLM here.
+
+    The schedule is kept only where vLLM keeps it without downgrading CUDA graphs and without
+    a known failure: on a CUDA-graph platform the V1 runner downgrades FULL_AND_PIECEWISE to
+    PIECEWISE whenever the field is set (`_maybe_override_dynamic_sd_cudagraph_mode`); on V1
+    vLLM drops the field for proposers that do not honour it (`_maybe_disable_dynamic_sd_for_v1`).
+    """
+    try:
+        from vllm.config.vllm import VllmConfig
+    except ImportError:
+        VllmConfig = None  # noqa: N806
+    drops_on_v1 = VllmConfig is not None and hasattr(VllmConfig,
+                                                     "_maybe_disable_dynamic_sd_for_v1")
+    graphs = platform in CUDA_GRAPH_PLATFORMS
+    v2_methods = frozenset(v2_methods)
+    reasons = {}
+    for method in methods:
+        if graphs and method in _SCHEDULE_FAILURES:
+            reasons[method] = _SCHEDULE_FAILURES[method]
+        elif graphs and method not in v2_methods:
+            reasons[method] = (
+                f"{method!r} runs on vLLM's V1 model runner here, which downgrades "
+                "cudagraph_mode FULL_AND_PIECEWISE to PIECEWISE whenever "
+                "num_speculative_tokens_per_batch_size is set (slower on every step)")
+        elif drops_on_v1 and method not in v2_methods and method not in _V1_SCHEDULE_METHODS:
+            reasons[method] = (f"vLLM's V1 model runner drops num_speculative_tokens_per_"
+                               f"batch_size for {method!r} (its proposer does not honour it)")
+    return reasons
+
+
 def current_vllm_platform() -> str:
     """The platform vLLM itself resolved: "rbln", "cuda", "cpu" or its device type."""
     from vllm.platforms import current_platform
@@ -84,6 +165,11 @@ def capabilities_for(
     version, methods, async_methods = vllm_info or installed_vllm_methods()
     batch_schedule = vllm_info is None and installed_vllm_has_batch_schedule()
     methods, async_methods = frozenset(methods), frozenset(async_methods)
+    v2_methods = (v2_model_runner_methods(methods)
+                  if vllm_info is None and platform in CUDA_GRAPH_PLATFORMS else frozenset())
+    # Model Runner V2 runs every method it takes with async scheduling (vLLM 0.33's
+    # restrictions on async are the V1 runner's).
+    async_methods |= v2_methods
     max_tokens = None
     if platform == "rbln":
         methods &= RBLN_METHODS
@@ -102,4 +188,7 @@ def capabilities_for(
         suffix_available=importlib.util.find_spec("arctic_inference") is not None,
         device_name=device_name,
         batch_schedule=batch_schedule,
+        v2_methods=v2_methods,
+        static_schedule=static_schedule_reasons(platform, methods, v2_methods)
+        if batch_schedule else {},
     )

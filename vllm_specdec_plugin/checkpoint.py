@@ -11,6 +11,8 @@ from vllm_specdec_plugin.errors import SpecDecodeConfigError, quote_value
 # config.json keys by which targets declare their own MTP layers (DeepSeek-V3/MiMo/GLM,
 # Qwen3-Next/Qwen3.5, ...).
 MTP_LAYER_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_layers")
+# speculators_model_type values vLLM renames (vLLM 0.33 SpeculatorsConfig).
+SPECULATORS_METHODS = {"peagle": "eagle3", "dflash2": "dflash"}
 # Draft architectures and the vLLM method that runs them.
 DRAFT_METHODS = (("eagle3", "eagle3"), ("eagle", "eagle"), ("medusa", "medusa"))
 
@@ -27,6 +29,10 @@ class CheckpointInfo:
     hidden_size: int | None = None
     num_heads: int | None = None
     """Medusa heads (the most tokens a Medusa draft proposes)."""
+    speculators_method: str | None = None
+    """The vLLM method of a speculators-format checkpoint, as vLLM reads it."""
+    speculators_tokens: int | None = None
+    """Its `speculative_tokens` (vLLM's num_speculative_tokens)."""
 
 
 def read_config(path: str) -> dict | None:
@@ -52,6 +58,7 @@ def inspect_checkpoint(path: str | None) -> CheckpointInfo | None:
     mtp = max((int(text.get(key) or 0) for key in MTP_LAYER_KEYS
                if isinstance(text.get(key), int)), default=0)
     architectures = " ".join(config.get("architectures") or []).lower()
+    spec_method, spec_tokens = _speculators_config(config)
     method = next((m for needle, m in DRAFT_METHODS if needle in architectures), None)
     return CheckpointInfo(
         path=path,
@@ -61,7 +68,22 @@ def inspect_checkpoint(path: str | None) -> CheckpointInfo | None:
         vocab_size=text.get("vocab_size"),
         hidden_size=text.get("target_hidden_size") or text.get("hidden_size"),
         num_heads=config.get("medusa_num_heads") or config.get("num_heads"),
+        speculators_method=spec_method,
+        speculators_tokens=spec_tokens,
     )
+
+
+def _speculators_config(config: dict) -> tuple[str | None, int | None]:
+    """(method, tokens) as vLLM's SpeculatorsConfig.build_vllm_speculative_config reads them."""
+    speculators = config.get("speculators_config")
+    if not isinstance(speculators, dict):
+        return None, None
+    methods = speculators.get("proposal_methods")
+    first = methods[0] if isinstance(methods, list) and methods else {}
+    tokens = first.get("speculative_tokens") if isinstance(first, dict) else None
+    method = config.get("speculators_model_type")
+    method = SPECULATORS_METHODS.get(method, method) if isinstance(method, str) else None
+    return method, tokens if isinstance(tokens, int) else None
 
 
 def inspect_draft(path: str, target: CheckpointInfo | None) -> CheckpointInfo:

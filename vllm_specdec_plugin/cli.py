@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from vllm_specdec_plugin.decision import Decision, EngineRequest
+from vllm_specdec_plugin.decision import Decision
 from vllm_specdec_plugin.errors import SpecDecodeConfigError
+from vllm_specdec_plugin.gather import decide_for_args, parse_vllm_serve
 from vllm_specdec_plugin.hosts import PLATFORMS, detect_host
 from vllm_specdec_plugin.inputs import (
     ENV_INFERENCE_CONFIG,
@@ -17,7 +19,6 @@ from vllm_specdec_plugin.inputs import (
     Annotation,
     parse_speculative_config,
 )
-from vllm_specdec_plugin.resolve import resolve
 
 EXIT_OK, EXIT_INVALID = 0, 2
 
@@ -39,10 +40,29 @@ def add_decision_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model-impl", help="vLLM --model-impl (default auto)")
 
 
+def vllm_flags(args: argparse.Namespace, spec: dict[str, Any] | None) -> list[str]:
+    """The decision flags that are vLLM's own, as a `vllm serve` command line."""
+    argv: list[str] = []
+    if args.served_model_name:
+        argv += ["--served-model-name", *args.served_model_name]
+    if spec is not None:
+        argv += ["--speculative-config", json.dumps(spec)]
+    if args.async_scheduling is not None:
+        argv.append("--async-scheduling" if args.async_scheduling else "--no-async-scheduling")
+    if args.model_impl is not None:
+        argv += ["--model-impl", args.model_impl]
+    return argv
+
+
 def decision_from_flags(
-    args: argparse.Namespace, environ: Mapping[str, str], platform: str
+    args: argparse.Namespace, environ: Mapping[str, str], platform: str,
+    device_name: str | None = None, passthrough: Sequence[str] = (),
 ) -> Decision:
-    """The decision for these flags, with env and files filling in what they leave out."""
+    """The decision for these flags, with env and files filling in what they leave out.
+
+    vLLM's flags (the shared ones and those after `--`) are read by vLLM's own parser and
+    turned into the request by the same code as the engine hook's (`gather.py`).
+    """
     env = dict(environ)
     if args.preset is not None:
         env[ENV_PRESET_NAME] = args.preset
@@ -58,29 +78,40 @@ def decision_from_flags(
                 parse_speculative_config(args.speculative_config, "--speculative-config"))
     except SpecDecodeConfigError as exc:
         return Decision(False, "off", platform=platform, errors=(exc.message,))
-    engine = EngineRequest(
-        model=args.model or environ.get("KAITO_MODEL") or None,
-        served_model_names=tuple(args.served_model_name or ()),
-        speculative_config=spec,
-        model_impl=args.model_impl or "auto",
-        async_scheduling=args.async_scheduling,
-    )
-    return resolve(env, engine, platform, overrides=overrides)
+    model = args.model or environ.get("KAITO_MODEL") or None
+    try:
+        engine_args: Any = parse_vllm_serve(model, [*vllm_flags(args, spec), *passthrough])
+        engine_args.model = model  # unset stays unset (vLLM would put its default model here)
+    except ImportError:  # no vLLM here: explain's own flags carry the same attribute names
+        if passthrough:
+            return Decision(False, "off", platform=platform, errors=(
+                "vLLM flags after `--` are read with vLLM's own parser, and vLLM is not "
+                "installed here; install vllm or leave them out",))
+        engine_args = argparse.Namespace(**{**vars(args), "model": model,
+                                            "speculative_config": spec})
+    return decide_for_args(engine_args, env, platform, device_name, overrides=overrides)
 
 
 def explain(argv: Sequence[str], environ: Mapping[str, str]) -> int:
+    argv = list(argv)
+    passthrough: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, passthrough = argv[:cut], argv[cut + 1:]
     parser = argparse.ArgumentParser(
         prog="vllm-specdec explain",
-        description="Print the speculative-decoding decision the plugin would make, as JSON.",
+        description="Print the speculative-decoding decision the plugin would make, as JSON. "
+                    "Arguments after `--` are `vllm serve` flags (read by vLLM's own parser).",
     )
     add_decision_flags(parser)
     args = parser.parse_args(argv)
     try:
-        platform = args.platform or detect_host(environ=environ).platform
+        host = detect_host(environ=environ, platform=args.platform)
     except SpecDecodeConfigError as exc:
         print(exc.message, file=sys.stderr)
         return EXIT_INVALID
-    decision = decision_from_flags(args, environ, platform)
+    decision = decision_from_flags(args, environ, host.platform,
+                                   next(iter(host.device_names), None), passthrough)
     print(decision.to_json())
     if decision.errors:
         for error in decision.errors:

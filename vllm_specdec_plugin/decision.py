@@ -37,6 +37,8 @@ SOURCE_SUFFIX_FALLBACK = "suffix-fallback"
 SOURCE_SPECULATORS = "speculators-checkpoint"
 SOURCE_CHECKPOINT_MTP = "checkpoint-mtp"
 SOURCE_DRAFT = "draft-model"
+SOURCE_PREFILL_ONLY = "prefill-only"
+KV_PRODUCER = "kv_producer"
 FALLBACKS = ("ngram", "suffix")
 EAGLE_DRAFT_TOKENS = 3
 
@@ -52,6 +54,8 @@ class PlatformCapabilities:
     """Speculative methods the installed vLLM (and, on RBLN, vllm-rbln) accepts."""
     async_methods: frozenset[str]
     """Methods that run with async scheduling on this platform (empty: none do)."""
+    pipeline_refusals: Mapping[str, str] = field(default_factory=dict)
+    """Per method: why the installed vLLM refuses it with pipeline parallelism."""
     max_num_speculative_tokens: int | None = None
     """The platform's cap on num_speculative_tokens (RBLN's sampler), None for no cap."""
     suffix_available: bool = False
@@ -60,6 +64,10 @@ class PlatformCapabilities:
     """The accelerator's model name where known (RBLN ATOM NPUs refuse the vllm path)."""
     batch_schedule: bool = False
     """Whether vLLM has `num_speculative_tokens_per_batch_size` (a load-aware schedule)."""
+    v2_methods: frozenset[str] = frozenset()
+    """Methods the installed vLLM runs on Model Runner V2 on this platform."""
+    static_schedule: Mapping[str, str] = field(default_factory=dict)
+    """Per method: why vLLM here would drop the schedule, downgrade CUDA graphs or fail."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +86,9 @@ class EngineRequest:
     """What the target's own config.json says (local checkpoints only)."""
     max_num_seqs: int | None = None
     data_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    kv_role: str | None = None
+    """vLLM's kv_transfer_config.kv_role: "kv_producer" is a prefill-only (disaggregated) role."""
 
 
 @dataclass(frozen=True)
@@ -120,7 +131,7 @@ class Decision:
     def summary(self) -> str:
         """The one INFO line logged at engine start."""
         if not self.enabled:
-            return f"speculative decoding off ({self.source})"
+            return "; ".join([f"speculative decoding off ({self.source})", *self.notes])
         parts = [
             f"speculative decoding on: {json.dumps(self.speculative_config, sort_keys=True)}",
             f"source={self.source}" + (f" (preset {self.preset})" if self.preset else ""),
@@ -169,24 +180,32 @@ def decide(
                 "found: set KAITO_PRESET_NAME, --served-model-name or --model"
             )
             return Decision(False, SOURCE_OFF, platform=caps.platform, errors=tuple(errors))
+        if engine.kv_role == KV_PRODUCER and not errors:
+            return Decision(False, SOURCE_PREFILL_ONLY, platform=caps.platform, notes=(
+                "prefill-only instance (kv_transfer_config kv_role kv_producer): no "
+                "speculative decoding; it helps decode only, and a proposer here would cost "
+                "memory and setup for nothing (the decode instances get it)",))
         source, config, preset_name = _automatic_choice(kaito, engine, caps, presets,
                                                         candidates, errors)
-        if source == SOURCE_SPECULATORS:
-            if errors:
-                return Decision(False, source, platform=caps.platform, errors=tuple(errors))
-            return Decision(True, source, model_impl="vllm",
-                            async_scheduling=engine.async_scheduling, platform=caps.platform,
-                            warnings=tuple(warnings))
 
+    notes: list[str] = []
     errors += _config_errors(config, source, caps)
+    errors += _pipeline_errors(config.get("method"), engine, caps, warnings)
     if errors:
         return Decision(False, source, platform=caps.platform, errors=tuple(errors))
 
     config = _cap_num_tokens(config, caps, warnings)
-    notes: list[str] = []
-    if source not in (SOURCE_USER_ENGINE, SOURCE_USER_FILE):
-        config = _with_schedule(config, kaito, engine, caps, notes)
     method = config.get("method")
+    if source == SOURCE_TUNED:
+        notes.append("KAITO's tuned config exactly as KAITO validated it (no load-aware "
+                     "schedule)")
+    elif source not in (SOURCE_USER_ENGINE, SOURCE_USER_FILE, SOURCE_SPECULATORS):
+        config = _with_schedule(config, kaito, engine, caps, notes)
+    if source == SOURCE_SPECULATORS:
+        config = _speculators_override(config, engine.checkpoint)
+    if engine.kv_role == KV_PRODUCER:
+        notes.append("prefill-only instance (kv_role kv_producer): speculation gains nothing "
+                     "here; the user's config is kept as given")
     model_impl = "vllm"
     if engine.model_impl not in (None, "auto", "vllm"):
         warnings.append(
@@ -194,7 +213,7 @@ def decide(
             "model implementation only (RBLN's optimum path refuses it)"
         )
     async_scheduling = engine.async_scheduling
-    async_reason = _async_incompatibility(method, caps)
+    async_reason = _async_incompatibility(method, caps, engine)
     if async_reason and engine.async_scheduling is not False:
         async_scheduling = False
         asked = "--async-scheduling" if engine.async_scheduling else "async scheduling (default)"
@@ -213,8 +232,18 @@ def decide(
     )
 
 
+def _speculators_override(config: dict, checkpoint: CheckpointInfo | None) -> dict | None:
+    """What to pass for a speculators checkpoint: vLLM builds the config from the checkpoint and
+    merges the engine's over it, so only what had to change (the token cap), else nothing."""
+    tokens = config.get("num_speculative_tokens")
+    if checkpoint is None or tokens == checkpoint.speculators_tokens:
+        return None
+    return {"num_speculative_tokens": tokens}
+
+
 def _with_schedule(config: dict, kaito: KaitoRequest, engine: EngineRequest,
                    caps: PlatformCapabilities, notes: list[str]) -> dict:
+    """The plugin's own choice with a load-aware schedule, only where vLLM keeps it as is."""
     method, tokens = config.get("method"), config.get("num_speculative_tokens")
     if not kaito.schedule:
         notes.append("static config: the load-aware schedule is off (VLLM_SPECDEC_SCHEDULE=off)")
@@ -229,13 +258,35 @@ def _with_schedule(config: dict, kaito: KaitoRequest, engine: EngineRequest,
         return config
     if not isinstance(tokens, int) or method is None:
         return config
+    if method in caps.static_schedule:
+        notes.append(f"static config: {caps.static_schedule[method]}")
+        return config
     schedule = load_aware_schedule(method, tokens, engine.max_num_seqs)
+    graphs = ("; on CUDA graphs vLLM captures decode graphs for each distinct k (more capture "
+              "time and graph memory)" if method in caps.v2_methods else "")
     notes.append(
         "load-aware schedule (batch size -> speculative tokens): "
-        + ", ".join(f"{a}-{b}: {k}" for a, b, k in schedule)
-        + "; on CUDA graphs vLLM captures decode graphs for each distinct k (more capture "
-        "time and graph memory)")
+        + ", ".join(f"{a}-{b}: {k}" for a, b, k in schedule) + graphs)
     return {**config, "num_speculative_tokens_per_batch_size": schedule}
+
+
+def _pipeline_errors(method: str | None, engine: EngineRequest, caps: PlatformCapabilities,
+                     warnings: list[str]) -> list[str]:
+    """Pipeline parallelism: refuse what vLLM refuses there, warn that it usually eats the gain."""
+    if engine.pipeline_parallel_size <= 1:
+        return []
+    reason = caps.pipeline_refusals.get(method or "")
+    if reason:
+        return [f"method {method!r} cannot run with pipeline parallelism "
+                f"(pipeline_parallel_size={engine.pipeline_parallel_size}) on "
+                f"{_engine_name(caps)}: {reason}; use another method or drop "
+                "--pipeline-parallel-size"]
+    warnings.append(
+        f"pipeline parallelism (pipeline_parallel_size={engine.pipeline_parallel_size}) usually "
+        "eats speculative decoding's gain: each verify step waits for every stage, and the "
+        "proposer runs on the last stage only (KAITO proposal #2303); measure before relying "
+        "on it")
+    return []
 
 
 def _automatic_choice(
@@ -246,7 +297,10 @@ def _automatic_choice(
     target = engine.checkpoint
     preset = next(name for name in candidates if name)
     if target is not None and target.speculators:
-        return SOURCE_SPECULATORS, {}, preset  # vLLM reads the checkpoint's own config
+        # vLLM builds the config from the checkpoint itself; checked here like any other.
+        config = {"method": target.speculators_method, "model": target.path,
+                  "num_speculative_tokens": target.speculators_tokens}
+        return SOURCE_SPECULATORS, {k: v for k, v in config.items() if v is not None}, preset
     match = presets.find(candidates)
     if match is not None:
         tuned, matched = match
@@ -304,7 +358,7 @@ def _config_errors(config: Mapping[str, Any], source: str, caps: PlatformCapabil
     where = f"speculative-config from {source}"
     errors = _token_errors(config, where)
     if method is None:
-        if draft is None:
+        if draft is None and source != SOURCE_SPECULATORS:
             errors.append(f"{where} has neither `method` nor `model`; set `method`, one of "
                           f"{', '.join(PROMISED_METHODS)}")
         return errors  # with a draft `model`, vLLM infers the method from its checkpoint
@@ -348,7 +402,8 @@ def _cap_num_tokens(config: dict, caps: PlatformCapabilities, warnings: list[str
     return {**config, "num_speculative_tokens": cap}
 
 
-def _async_incompatibility(method: str | None, caps: PlatformCapabilities) -> str | None:
+def _async_incompatibility(method: str | None, caps: PlatformCapabilities,
+                           engine: EngineRequest) -> str | None:
     if not caps.async_methods:
         return (f"{caps.platform} runs speculative decoding with synchronous scheduling only")
     if method is not None and method not in caps.async_methods:
@@ -357,6 +412,9 @@ def _async_incompatibility(method: str | None, caps: PlatformCapabilities) -> st
             "scheduling only (async works with: "
             f"{', '.join(m for m in PROMISED_METHODS if m in caps.async_methods)})"
         )
+    if engine.pipeline_parallel_size > 1 and method not in caps.v2_methods:
+        return (f"{_engine_name(caps)} runs pipeline parallelism with speculative decoding "
+                "on its V1 model runner, which schedules synchronously only")
     return None
 
 

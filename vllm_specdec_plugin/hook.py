@@ -16,7 +16,7 @@ from vllm.logger import init_logger
 
 from vllm_specdec_plugin.decision import Decision, EngineRequest
 from vllm_specdec_plugin.errors import SpecDecodeConfigError
-from vllm_specdec_plugin.rbln import LEGACY_MODEL_ENV
+from vllm_specdec_plugin.gather import SPEC_FLAGS, engine_request, platform_capabilities
 from vllm_specdec_plugin.resolve import is_opted_in, read_opt_in, resolve
 
 logger = init_logger("vllm.specdec_plugin")
@@ -25,8 +25,6 @@ ENV_ON_ERROR = "VLLM_SPECDEC_ON_ERROR"
 ON_ERROR_CHOICES = ("fail", "serve-without")
 _PATCHED = "_specdec_plugin_patched"
 _APPLIED = "_specdec_plugin_decision"
-_SPEC_FLAGS = (("spec_method", "method"), ("spec_model", "model"),
-               ("spec_tokens", "num_speculative_tokens"))
 
 
 def install() -> None:
@@ -93,29 +91,6 @@ def opted_in_quietly() -> bool:
         return False
 
 
-def engine_request(args: Any, environ: Any = None) -> EngineRequest:
-    """The decision's view of the engine arguments (--spec-* merged as vLLM merges them)."""
-    spec = dict(args.speculative_config) if args.speculative_config is not None else None
-    for attr, key in _SPEC_FLAGS:
-        value = getattr(args, attr, None)
-        if value is not None:
-            spec = {**(spec or {}), key: value}
-    names = args.served_model_name
-    if isinstance(names, str):
-        names = [names]
-    model_impl = getattr(args, "model_impl", None)
-    return EngineRequest(
-        model=args.model,
-        served_model_names=tuple(names or ()),
-        speculative_config=spec,
-        model_impl=None if model_impl is None else str(getattr(model_impl, "value", model_impl)),
-        async_scheduling=getattr(args, "async_scheduling", None),
-        rbln_legacy_model_env=(environ or {}).get(LEGACY_MODEL_ENV),
-        max_num_seqs=getattr(args, "max_num_seqs", None),
-        data_parallel_size=getattr(args, "data_parallel_size", 1) or 1,
-    )
-
-
 def apply_to_engine_args(args: Any) -> Decision | None:
     """Decide for these engine arguments and apply the decision to them (once per object)."""
     if getattr(args, _APPLIED, None) is not None:
@@ -128,6 +103,10 @@ def apply_to_engine_args(args: Any) -> Decision | None:
             return None
         request = engine_request(args, environ)
         decision = _decide(args, request, environ, annotation)
+        if decision.enabled is False and decision.notes and not decision.errors:
+            logger.info("%s", decision.summary())  # e.g. a prefill-only instance
+            setattr(args, _APPLIED, decision)
+            return decision
     except SpecDecodeConfigError as exc:
         logger.error("%s", exc.message)
         raise
@@ -149,24 +128,11 @@ def apply_to_engine_args(args: Any) -> Decision | None:
 
 
 def _decide(args: Any, request: EngineRequest, environ: Any, annotation: Any) -> Decision:
-    from vllm_specdec_plugin.capabilities import capabilities_for, current_vllm_platform
+    from vllm_specdec_plugin.capabilities import current_vllm_platform
 
     platform = current_vllm_platform()
-    caps = capabilities_for(
-        platform,
-        device_name=_device_name() if platform == "rbln" else None,
-        rbln_upstream_sampler=_rbln_upstream_sampler(args) if platform == "rbln" else False,
-    )
-    return resolve(environ, request, platform, annotation=annotation,
-                   caps=caps)
-
-
-def _rbln_upstream_sampler(args: Any) -> bool:
-    """vllm-rbln's `--no-rbln-use-custom-sampler` (additional_config.use_custom_sampler)."""
-    config = getattr(args, "additional_config", None)
-    value = (config.get("use_custom_sampler") if isinstance(config, dict)
-             else getattr(config, "use_custom_sampler", None))
-    return value is False
+    caps = platform_capabilities(platform, args, _device_name() if platform == "rbln" else None)
+    return resolve(environ, request, platform, annotation=annotation, caps=caps)
 
 
 def _device_name() -> str | None:
@@ -183,7 +149,7 @@ def _apply(args: Any, requested: EngineRequest, decision: Decision) -> None:
     if (decision.speculative_config is not None
             and decision.speculative_config != requested.speculative_config):
         args.speculative_config = dict(decision.speculative_config or {})
-        for attr, _ in _SPEC_FLAGS:
+        for attr, _, _ in SPEC_FLAGS:
             if getattr(args, attr, None) is not None:
                 setattr(args, attr, None)
     args.model_impl = decision.model_impl

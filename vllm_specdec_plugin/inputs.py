@@ -273,4 +273,11 @@ def parse_speculative_config(value: object, source: str) -> dict[str, Any]:
             f"{source} must be a JSON object (a mapping of speculative-config keys), got "
             f"{type(value).__name__} {quote_value(value)}"
         )
-    return {str(key).replace("-", "_"): item for key, item in value.items()}
+    normalised: dict[str, Any] = {}
+    for key, item in value.items():
+        name = str(key).replace("-", "_")
+        if name in normalised:
+            raise SpecDecodeConfigError(
+                f"{source} sets {name} twice (as {name!r} and {str(key)!r}); keep one")
+        normalised[name] = item
+    return normalised

@@ -8,7 +8,6 @@ then replaces itself with vLLM (exec) so signals reach vLLM directly as PID 1.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import sys
@@ -18,17 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from vllm_specdec_plugin import rbln
-from vllm_specdec_plugin.capabilities import capabilities_for
-from vllm_specdec_plugin.decision import EngineRequest
 from vllm_specdec_plugin.errors import SpecDecodeConfigError, quote_value
+from vllm_specdec_plugin.gather import decide_for_args, given_flags, parse_vllm_serve
 from vllm_specdec_plugin.hosts import PLATFORMS, Host, detect_host
-from vllm_specdec_plugin.inputs import (
-    ENV_INFERENCE_CONFIG,
-    load_inference_config,
-    parse_speculative_config,
-)
+from vllm_specdec_plugin.inputs import ENV_INFERENCE_CONFIG, load_inference_config
 from vllm_specdec_plugin.redact import redact_argv, redact_env
-from vllm_specdec_plugin.resolve import is_opted_in, read_opt_in, resolve
+from vllm_specdec_plugin.resolve import is_opted_in, read_opt_in
 
 ENV_MODEL = "KAITO_MODEL"
 EXIT_INVALID = 2
@@ -68,55 +62,6 @@ def config_flags(section: Mapping[str, Any]) -> list[str]:
         else:
             argv += [flag, str(value)]
     return argv
-
-
-def flag_value(argv: Sequence[str], flag: str) -> str | None:
-    """The last value of `--flag value` / `--flag=value` in argv (argparse's last-wins)."""
-    value = None
-    for i, item in enumerate(argv):
-        if item == flag and i + 1 < len(argv):
-            value = argv[i + 1]
-        elif item.startswith(flag + "="):
-            value = item.split("=", 1)[1]
-    return value
-
-
-def has_flag(argv: Sequence[str], *flags: str) -> bool:
-    return any(item == f or item.startswith(f + "=") for item in argv for f in flags)
-
-
-def engine_request_from_argv(model: str, argv: Sequence[str],
-                             environ: Mapping[str, str]) -> EngineRequest:
-    """The decision's view of a `vllm serve` command line."""
-    spec = flag_value(argv, "--speculative-config")
-    names: list[str] = []
-    for i, item in enumerate(argv):
-        if item == "--served-model-name":  # nargs="+": the values up to the next flag
-            names = list(itertools.takewhile(lambda n: not n.startswith("--"), argv[i + 1:]))
-        elif item.startswith("--served-model-name="):
-            names = [item.split("=", 1)[1]]
-    async_flag = None
-    for item in argv:
-        if item == "--async-scheduling":
-            async_flag = True
-        elif item == "--no-async-scheduling":
-            async_flag = False
-    return EngineRequest(
-        model=model,
-        served_model_names=tuple(names),
-        speculative_config=None if spec is None else parse_speculative_config(
-            spec, "--speculative-config"),
-        model_impl=flag_value(argv, "--model-impl") or "auto",
-        async_scheduling=async_flag,
-        rbln_legacy_model_env=environ.get(rbln.LEGACY_MODEL_ENV),
-        max_num_seqs=_int_flag(argv, "--max-num-seqs"),
-        data_parallel_size=_int_flag(argv, "--data-parallel-size") or 1,
-    )
-
-
-def _int_flag(argv: Sequence[str], flag: str) -> int | None:
-    value = flag_value(argv, flag)
-    return int(value) if value is not None and value.isdigit() else None
 
 
 def _cpu_kv_cache_bytes(root: Path) -> int:
@@ -192,10 +137,10 @@ def build_plan(args: argparse.Namespace, passthrough: list[str],
     opted_in = is_opted_in(read_opt_in(env))  # an invalid value too: its error comes below
     defaults = _drop_given(_host_defaults(host, opted_in, root, environ, plan), explicit)
     plan.argv = ["vllm", "serve", model, *defaults, *explicit]
-    caps = capabilities_for(host.platform, device_name=next(iter(host.device_names), None))
     env = apply_env(env, plan.env)
-    decision = resolve(env, engine_request_from_argv(model, plan.argv[3:], env), host.platform,
-                       caps=caps)
+    # vLLM's own parser reads the command exactly as `vllm serve` will (-tp, _-spellings, ...).
+    decision = decide_for_args(parse_vllm_serve(model, plan.argv[3:]), env, host.platform,
+                               next(iter(host.device_names), None))
     plan.decision = asdict(decision)
     return plan
 
@@ -212,10 +157,12 @@ def apply_env(environ: Mapping[str, str], changes: Mapping[str, str | None]) -> 
 
 
 def _drop_given(defaults: list[str], explicit: Sequence[str]) -> list[str]:
-    """Defaults come in `--flag value` pairs; drop those the user set themselves."""
+    """Defaults come in `--flag value` pairs; drop those the user set themselves (in any
+    spelling vLLM's parser accepts: `-tp 2`, `--tensor_parallel_size=2`, ...)."""
+    given = given_flags(explicit, defaults[::2]) if defaults else set()
     kept: list[str] = []
     for flag, value in zip(defaults[::2], defaults[1::2], strict=True):
-        if not has_flag(explicit, flag):
+        if flag not in given:
             kept += [flag, value]
     return kept
 

