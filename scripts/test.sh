@@ -5,6 +5,9 @@ cd "$(dirname "$0")/.."
 bash scripts/setup-env.sh
 # vllm-rbln 0.12 + vLLM 0.30 (tests/test_rbln.py runs the RBLN rules against their code)
 bash .ci/setup-rbln-env.sh
+# vLLM 0.33.0, the GPU hosts' vLLM (tests/test_vllm033.py runs its config layer on its own
+# CudaPlatform with the driver stood in)
+bash .ci/setup-vllm033-env.sh
 . .venv/bin/activate
 ruff check vllm_specdec_plugin tests benchmarks
 python -m pytest -ra --durations=15 "$@"
