@@ -43,6 +43,7 @@ def models(tiny_llama, tmp_path_factory):
 
 def cuda_cases(m: dict) -> list[dict]:
     llama, mimo = {"model": m["llama"]}, {"model": m["mimo"]}
+    eagle3 = {"method": "eagle3", "model": m["eagle3"], "num_speculative_tokens": 2}
     return [
         {"name": "ngram", "env": OPT_IN, "engine_args": llama},
         {"name": "ngram-v1", "env": {**OPT_IN, **V1}, "engine_args": llama},
@@ -68,6 +69,10 @@ def cuda_cases(m: dict) -> list[dict]:
          "engine_args": {**llama, "async_scheduling": True}},
         {"name": "medusa", "env": OPT_IN, "engine_args": {**llama, "speculative_config": {
             "method": "medusa", "model": m["eagle"], "num_speculative_tokens": 2}}},
+        {"name": "pp2-eagle3-llama", "env": OPT_IN, "engine_args": {
+            **llama, "pipeline_parallel_size": 2, "speculative_config": eagle3}},
+        {"name": "pp2-eagle3-mimo", "env": OPT_IN, "engine_args": {
+            **mimo, "pipeline_parallel_size": 2, "speculative_config": eagle3}},
         {"name": "tp2", "env": OPT_IN, "engine_args": {**llama, "tensor_parallel_size": 2}},
         {"name": "dp2", "env": OPT_IN, "engine_args": {**llama, "data_parallel_size": 2}},
     ]
@@ -175,6 +180,18 @@ def test_cuda_medusa_refused_by_name(cuda):
     result = cuda["medusa"]
     assert result["error_type"] == "SpecDecodeConfigError"
     assert "'medusa' is not supported on vLLM 0.33.0 on cuda" in result["error"]
+
+
+def test_cuda_pipeline_parallel_eagle3(cuda):
+    # Llama's decoder passes hidden states across stages: allowed, with the PP warning
+    result = cuda["pp2-eagle3-llama"]
+    assert resolved(result)[:2] == ("eagle3", 2)
+    assert any("#2303" in w for w in result["decision"]["warnings"])
+    # MiMo's does not (vLLM 0.33 V2 would refuse at model load): refused up front, by name
+    result = cuda["pp2-eagle3-mimo"]
+    assert result["error_type"] == "SpecDecodeConfigError"
+    assert "method 'eagle3' cannot run with pipeline parallelism" in result["error"]
+    assert "MiMoModel (MiMoForCausalLM)" in result["error"]
 
 
 def test_cuda_tensor_parallel_2(cuda):

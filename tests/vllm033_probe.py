@@ -57,9 +57,9 @@ def stand_in_cuda(cases: list[dict]) -> None:
     1. `vllm._C_stable_libtorch`, the compiled ops `vllm.platforms.cuda` imports, links against
        libcuda.so.1 and libtorch_cuda.so: an empty module takes its place (no kernel runs while
        the config is built).
-    2. Model classes are inspected (and cached by vLLM) under vLLM's CpuPlatform: importing model
-       code under CUDA needs the flash-attention and _C kernels. Every case's config is built
-       once there, which inspects targets and drafts alike.
+    2. Model classes are inspected (and cached by vLLM) and the targets' classes imported under
+       vLLM's CpuPlatform: importing model code under CUDA needs the flash-attention and _C
+       kernels. Every case's config is built once there, which inspects targets and drafts.
     3. vLLM's own CudaPlatform class (the one it picks without NVML) with device queries answered
        as an 8x H100 host replaces the CPU platform in every module that bound it.
     4. Triton has no active driver here: HAS_TRITON is set as on a CUDA host, so the V1/V2
@@ -72,6 +72,12 @@ def stand_in_cuda(cases: list[dict]) -> None:
     cpu = platforms._current_platform = CpuPlatform()
     for case in cases:
         run_case(case)  # the plugin decides here too, so its drafts get inspected as well
+    from vllm.model_executor.models.registry import ModelRegistry
+
+    for model in {case["engine_args"]["model"] for case in cases}:
+        with open(os.path.join(model, "config.json")) as handle:
+            for arch in json.load(handle).get("architectures", []):
+                ModelRegistry._try_load_model_cls(arch)  # the class itself, imported on CPU
 
     import vllm.config.vllm as config_vllm
     import vllm.platforms.cuda as cuda

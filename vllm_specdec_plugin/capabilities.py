@@ -138,6 +138,63 @@ def static_schedule_reasons(platform: str, methods: Iterable[str],
     return reasons
 
 
+# Methods whose proposer reads the target's auxiliary hidden states (vLLM 0.33
+# `eagle3_utils.requires_aux_hidden_states`).
+AUX_HIDDEN_STATE_METHODS = ("eagle3", "dflash", "dspark", "extract_hidden_states")
+
+
+def pipeline_refusals(architectures: Iterable[str],
+                      v2_methods: Iterable[str]) -> dict[str, str]:
+    """Per method: why the installed vLLM refuses it with pipeline parallelism on this target.
+
+    vLLM 0.33's Model Runner V2 refuses the methods that read the target's auxiliary hidden
+    states when the target's decoder cannot pass them across pipeline stages
+    (`verify_supports_aux_hidden_states_over_pp`, raised at model load). The decoder's
+    `supports_aux_hidden_states_over_pp` is read here from the decoder class in the target's vLLM
+    model module; where that is not clear-cut nothing is refused (vLLM will say it itself).
+    """
+    methods = [m for m in AUX_HIDDEN_STATE_METHODS if m in frozenset(v2_methods)]
+    if not methods:
+        return {}
+    try:
+        from vllm.model_executor.models.registry import ModelRegistry
+        from vllm.v1.worker.gpu.spec_decode.eagle import eagle3_utils
+    except Exception:  # noqa: BLE001 - no V2 speculative-decoding code here: nothing to mirror
+        return {}
+    if not hasattr(eagle3_utils, "verify_supports_aux_hidden_states_over_pp"):
+        return {}
+    for arch in architectures:
+        try:
+            model_cls = ModelRegistry._try_load_model_cls(arch)
+        except Exception:  # noqa: BLE001 - an architecture vLLM cannot load is vLLM's to report
+            model_cls = None
+        decoders = _decoder_classes(model_cls) if model_cls is not None else []
+        flags = {bool(d.supports_aux_hidden_states_over_pp) for d in decoders}
+        if flags == {False}:
+            names = ", ".join(sorted(d.__name__ for d in decoders))
+            reason = (f"its Model Runner V2 passes the target's auxiliary hidden states across "
+                      f"pipeline stages only where the decoder supports it, and {names} ({arch}) "
+                      "does not (supports_aux_hidden_states_over_pp=False)")
+            return {method: reason for method in methods}
+    return {}
+
+
+def _decoder_classes(model_cls: type) -> list[type]:
+    """Classes of the model's own module that say whether they pass hidden states over PP."""
+    import sys
+
+    module = sys.modules.get(model_cls.__module__)
+    found = []
+    for item in vars(module).values() if module is not None else ():
+        if (isinstance(item, type) and item is not model_cls
+                and item.__module__ == model_cls.__module__
+                and any("supports_aux_hidden_states_over_pp" in vars(base)
+                        and base.__module__ != "vllm.model_executor.models.interfaces"
+                        for base in item.__mro__)):
+            found.append(item)
+    return found
+
+
 def current_vllm_platform() -> str:
     """The platform vLLM itself resolved: "rbln", "cuda", "cpu" or its device type."""
     from vllm.platforms import current_platform

@@ -33,6 +33,7 @@ class CheckpointInfo:
     """The vLLM method of a speculators-format checkpoint, as vLLM reads it."""
     speculators_tokens: int | None = None
     """Its `speculative_tokens` (vLLM's num_speculative_tokens)."""
+    architectures: tuple[str, ...] = ()
 
 
 def read_config(path: str) -> dict | None:
@@ -70,6 +71,7 @@ def inspect_checkpoint(path: str | None) -> CheckpointInfo | None:
         num_heads=config.get("medusa_num_heads") or config.get("num_heads"),
         speculators_method=spec_method,
         speculators_tokens=spec_tokens,
+        architectures=tuple(str(a) for a in config.get("architectures") or ()),
     )
 
 

@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from vllm_specdec_plugin.capabilities import capabilities_for
+from vllm_specdec_plugin.capabilities import capabilities_for, pipeline_refusals
 from vllm_specdec_plugin.checkpoint import CheckpointInfo, inspect_checkpoint, inspect_draft
 from vllm_specdec_plugin.decision import (
     Decision,
@@ -82,6 +82,9 @@ def resolve(
             return decide(KaitoRequest(annotation), engine, caps, PresetTable())
         if engine.checkpoint is None:
             engine = replace(engine, checkpoint=inspect_checkpoint(engine.model))
+        if engine.pipeline_parallel_size > 1 and engine.checkpoint is not None:
+            caps = replace(caps, pipeline_refusals=pipeline_refusals(
+                engine.checkpoint.architectures, caps.v2_methods))
         kaito = read_kaito_request(environ, annotation, engine.checkpoint)
         if overrides:
             kaito = replace(kaito, **overrides)
