@@ -16,7 +16,8 @@ from vllm_specdec_plugin.rbln import (
 
 # Used only where vLLM cannot be imported (the explain CLI on a machine without it).
 _FALLBACK_METHODS = frozenset(
-    {"ngram", "suffix", "eagle", "eagle3", "medusa", "mtp", "draft_model", "mlp_speculator"}
+    {"ngram", "suffix", "eagle", "eagle3", "medusa", "mtp", "draft_model", "mlp_speculator",
+     "custom_class"}
 )
 _FALLBACK_ASYNC_METHODS = frozenset({"eagle", "eagle3", "mtp", "draft_model"})
 # Methods vLLM's VllmConfig accepts with async scheduling besides the EAGLE/MTP family

@@ -24,6 +24,13 @@ NGRAM_FALLBACK: Mapping[str, Any] = {
     "num_speculative_tokens": 5,
     "prompt_lookup_max": 4,
 }
+# The plugin's own draft-free proposer (adaptive.py), loaded through vLLM's custom_class method;
+# num_speculative_tokens is only its cap: it drafts per row what acceptance and load pay for.
+ADAPTIVE_FALLBACK: Mapping[str, Any] = {
+    "method": "custom_class",
+    "model": "vllm_specdec_plugin.adaptive.AdaptiveProposer",
+    "num_speculative_tokens": 16,
+}
 # The methods the product promises (the KAITO and RBLN pages).
 PROMISED_METHODS = ("ngram", "suffix", "eagle", "eagle3", "medusa", "mtp")
 DRAFT_MODEL_METHODS = ("eagle", "eagle3", "medusa")
@@ -34,12 +41,14 @@ SOURCE_USER_FILE = "user-config (inference_config.yaml)"
 SOURCE_TUNED = "tuned-preset"
 SOURCE_FALLBACK = "ngram-fallback"
 SOURCE_SUFFIX_FALLBACK = "suffix-fallback"
+SOURCE_ADAPTIVE_FALLBACK = "adaptive-fallback"
 SOURCE_SPECULATORS = "speculators-checkpoint"
 SOURCE_CHECKPOINT_MTP = "checkpoint-mtp"
 SOURCE_DRAFT = "draft-model"
 SOURCE_PREFILL_ONLY = "prefill-only"
 KV_PRODUCER = "kv_producer"
-FALLBACKS = ("ngram", "suffix")
+# The allowed VLLM_SPECDEC_FALLBACK values (the first is the default).
+FALLBACKS = ("ngram", "suffix", "adaptive")
 EAGLE_DRAFT_TOKENS = 3
 
 
@@ -103,7 +112,7 @@ class KaitoRequest:
     draft: CheckpointInfo | None = None
     """The draft named by VLLM_SPECDEC_DRAFT_MODEL."""
     fallback: str = "ngram"
-    """The draft-free fallback (VLLM_SPECDEC_FALLBACK): "ngram" (KAITO's) or "suffix"."""
+    """The draft-free fallback (VLLM_SPECDEC_FALLBACK): one of FALLBACKS, "ngram" (KAITO's)."""
     schedule: bool = True
     """Whether the plugin's own choice gets a load-aware schedule (VLLM_SPECDEC_SCHEDULE)."""
 
@@ -245,6 +254,10 @@ def _with_schedule(config: dict, kaito: KaitoRequest, engine: EngineRequest,
                    caps: PlatformCapabilities, notes: list[str]) -> dict:
     """The plugin's own choice with a load-aware schedule, only where vLLM keeps it as is."""
     method, tokens = config.get("method"), config.get("num_speculative_tokens")
+    if method == ADAPTIVE_FALLBACK["method"]:
+        notes.append("no per-batch-size schedule: the adaptive proposer sizes each row's draft "
+                     "from its acceptance and the measured step cost")
+        return config
     if not kaito.schedule:
         notes.append("static config: the load-aware schedule is off (VLLM_SPECDEC_SCHEDULE=off)")
         return config
@@ -319,6 +332,12 @@ def _automatic_choice(
                       f"fallback; use one of {', '.join(FALLBACKS)}")
     if kaito.fallback == "suffix":
         return SOURCE_SUFFIX_FALLBACK, {"method": "suffix"}, preset
+    if kaito.fallback == "adaptive":
+        if ADAPTIVE_FALLBACK["method"] not in caps.methods:
+            errors.append(f"VLLM_SPECDEC_FALLBACK=adaptive needs vLLM's custom_class speculative "
+                          f"method, which {_engine_name(caps)} does not run; use "
+                          "VLLM_SPECDEC_FALLBACK=ngram or suffix")
+        return SOURCE_ADAPTIVE_FALLBACK, dict(ADAPTIVE_FALLBACK), preset
     return SOURCE_FALLBACK, dict(NGRAM_FALLBACK), preset
 
 
