@@ -24,7 +24,7 @@ PLUGIN_ENV = (
     "KAITO_ENABLE_SPECULATIVE_DECODING", "KAITO_RUNTIME", "KAITO_ANNOTATIONS_FILE",
     "KAITO_PRESET_NAME", "KAITO_INFERENCE_CONFIG", "VLLM_SPECDEC_PRESETS_FILE",
     "VLLM_SPECDEC_ON_ERROR", "VLLM_SPECDEC_DRAFT_MODEL", "VLLM_SPECDEC_FALLBACK",
-    "VLLM_SPECDEC_SCHEDULE", "VLLM_PLUGINS",
+    "VLLM_SPECDEC_SCHEDULE", "VLLM_PLUGINS", "VLLM_SPECDEC_ADAPTIVE_STATS",
 )
 
 
@@ -50,14 +50,15 @@ def prompts() -> list[str]:
 
 
 def run_engine(llm: Mapping[str, Any], prompts: list[str], env: Mapping[str, str],
-               max_tokens: int = 48, config_only: bool = False) -> dict[str, Any]:
+               max_tokens: int = 48, config_only: bool = False,
+               sampling: list[Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """Start a real vLLM engine in a fresh process, generate greedily, report what it did.
 
     With `config_only`, only vLLM's config resolution runs (no weights loaded). The result has
     the engine's combined output under "log" (vLLM logs to stdout).
     """
     spec = json.dumps({"llm": dict(llm), "prompts": prompts, "max_tokens": max_tokens,
-                       "config_only": config_only})
+                       "config_only": config_only, "sampling": sampling})
     with subprocess.Popen([sys.executable, str(TESTS / "engine_run.py"), spec],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                           env=dict(env), start_new_session=True) as proc:

