@@ -43,6 +43,9 @@ CONFIGURATIONS: tuple[Configuration, ...] = (
                   speculative_config=dict(NGRAM_FALLBACK)),
     Configuration("plugin", "no speculative_config; KAITO opt-in env: the plugin decides",
                   env=OPT_IN, uses_plugin=True),
+    Configuration("adaptive", "the plugin's adaptive proposer (custom_class; acceptance- and "
+                  "load-aware): KAITO opt-in env + VLLM_SPECDEC_FALLBACK=adaptive",
+                  env={**OPT_IN, "VLLM_SPECDEC_FALLBACK": "adaptive"}, uses_plugin=True),
     Configuration("suffix", "suffix decoding (arctic-inference), vLLM defaults",
                   speculative_config={"method": "suffix"}, requires_module="arctic_inference"),
     Configuration("ngram-gpu", "ngram on the GPU, KAITO's k=5 lookup_max=4",

