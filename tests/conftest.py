@@ -49,6 +49,24 @@ def prompts() -> list[str]:
     return list(NGRAM_PROMPTS)
 
 
+def patch_probe(case: str) -> dict:
+    """tests/patch_probe.py CASE in a fresh process (the plugin's vLLM fixes in a given order)."""
+    done = subprocess.run([sys.executable, str(TESTS / "patch_probe.py"), case],
+                          capture_output=True, text=True, env=clean_env(), timeout=300,
+                          check=False)
+    lines = [line[6:] for line in done.stdout.splitlines() if line.startswith("PROBE ")]
+    assert lines, f"probe {case} printed nothing:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return json.loads(lines[-1])
+
+
+@pytest.fixture(scope="session")
+def registration_first() -> dict:
+    """The bugs the installed vLLM ships ("shipped"), and the fixes applied after its CPU kernels
+    were registered."""
+    pytest.importorskip("vllm._C")
+    return patch_probe("registration-first")
+
+
 def run_engine(llm: Mapping[str, Any], prompts: list[str], env: Mapping[str, str],
                max_tokens: int = 48, config_only: bool = False,
                sampling: list[Mapping[str, Any]] | None = None) -> dict[str, Any]:

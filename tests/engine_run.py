@@ -73,8 +73,9 @@ def main() -> None:
         return
     try:
         llm = LLM(**kwargs)
-    except BaseException as exc:  # SystemExit from the plugin included
-        print(json.dumps({"error_type": type(exc).__name__, "error": str(exc)}))
+    except Exception as exc:  # as an application would: a plugin's SystemExit escapes this
+        print(json.dumps({"error_type": type(exc).__name__, "error": str(exc),
+                          "is_value_error": isinstance(exc, ValueError)}))
         sys.exit(0)
     config = llm.llm_engine.vllm_config
     params = SamplingParams(temperature=0.0, max_tokens=spec.get("max_tokens", 48),

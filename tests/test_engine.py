@@ -94,10 +94,10 @@ def test_explicit_async_scheduling_with_ngram_starts(tiny_llama, tmp_path):
 
 
 def test_bad_annotation_refuses_to_start(tiny_llama, tmp_path):
+    """`LLM()` inside `try/except Exception` (tests/engine_run.py) is handed the error."""
     result = run_engine({"model": str(tiny_llama)}, [],
-                        clean_env({"KAITO_ENABLE_SPECULATIVE_DECODING": "yes"}, tmp_path),
-                        config_only=True)
-    assert result["error_type"] == "SpecDecodeConfigError"
+                        clean_env({"KAITO_ENABLE_SPECULATIVE_DECODING": "yes"}, tmp_path))
+    assert result["error_type"] == "SpecDecodeConfigError" and result["is_value_error"]
     assert "kaito.sh/enable-speculative-decoding" in result["error"]
     assert "'yes'" in result["error"] and '"true" or "false"' in result["error"]
 

@@ -23,7 +23,8 @@ def completion(port: int, model: str, prompt: str) -> dict:
     return json.loads(body)
 
 
-def test_vllm_serve_with_downward_api_annotations(tiny_llama, prompts, tmp_path):
+def test_vllm_serve_with_downward_api_annotations(tiny_llama, prompts, tmp_path,
+                                                 registration_first):
     """The annotation arrives as the kubelet writes it; --async-scheduling still starts."""
     annotations = tmp_path / "annotations"
     annotations.write_text('kaito.sh/enable-speculative-decoding="true"\n'
@@ -50,7 +51,25 @@ def test_vllm_serve_with_downward_api_annotations(tiny_llama, prompts, tmp_path)
     output = log.read_text()
     assert "source=ngram-fallback" in output
     assert "--async-scheduling turned off" in output
-    assert "vLLM bug fixes applied: cpu-expand-kernel, top-k-empty-batch" in output
+    # Each bug this vLLM ships is fixed, and proven where the sampler calls, in the engine's
+    # worker; a vLLM without the bugs gets no fix (registration_first probes it first).
+    for name in ("cpu-expand-kernel", "top-k-empty-batch"):
+        proven = f"vllm-specdec-plugin: {name} fixed, checked through" in output
+        assert proven == (name in registration_first["shipped"]), name
+
+
+def test_vllm_serve_bad_annotation_ends_with_the_message(tiny_llama, tmp_path):
+    """Through vllm_entry (the launcher's exec target): one line, exit 2, no traceback."""
+    env = clean_env({"KAITO_ENABLE_SPECULATIVE_DECODING": "yes"}, tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "vllm_specdec_plugin.vllm_entry", "serve", str(tiny_llama),
+         "--port", str(free_port()), *SERVE_FLAGS], capture_output=True, text=True, env=env,
+        timeout=300, check=False)
+    output = (done.stdout + done.stderr).strip()
+    assert done.returncode == 2, output[-3000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("vllm-specdec-plugin: annotation kaito.sh/enable-speculative-decoding")
+    assert "'yes'" in last and "Traceback" not in output
 
 
 def test_launcher_real_launch_and_sigterm(tiny_llama, prompts, tmp_path):

@@ -1,14 +1,12 @@
 """The engine hook: applies the decision to `EngineArgs` before vLLM builds its `VllmConfig`.
 
 `EngineArgs.create_engine_config()` is the one call `vllm serve`, `LLM()` and `AsyncLLM` all make
-before the config exists, so the plugin wraps it. vllm-rbln wraps it too and reads `model_impl`
-on entry; our wrapper must therefore be the outer one, whichever plugin loads first.
+before the config exists; `vllm_patches.install_engine_hook` wraps it (outside vllm-rbln's own
+wrapper) so that `apply_to_engine_args` runs first.
 """
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 import os
 from typing import Any
 
@@ -23,64 +21,14 @@ logger = init_logger("vllm.specdec_plugin")
 
 ENV_ON_ERROR = "VLLM_SPECDEC_ON_ERROR"
 ON_ERROR_CHOICES = ("fail", "serve-without")
-_PATCHED = "_specdec_plugin_patched"
 _APPLIED = "_specdec_plugin_decision"
 
 
-def install() -> None:
-    """Wrap `EngineArgs.create_engine_config` once per process (idempotent)."""
-    from vllm.engine.arg_utils import EngineArgs
+def install(*, announce: bool = False) -> None:
+    """Wrap `EngineArgs.create_engine_config` once per process (idempotent; vllm_patches)."""
+    from vllm_specdec_plugin.vllm_patches import install_engine_hook
 
-    if getattr(EngineArgs, _PATCHED, False):
-        return
-    _let_rbln_wrap_first()
-    original = EngineArgs.create_engine_config
-
-    @functools.wraps(original)
-    def create_engine_config(self: Any, *args: Any, **kwargs: Any) -> Any:
-        _configure_vllm_logging(self)
-        apply_to_engine_args(self)
-        return original(self, *args, **kwargs)
-
-    EngineArgs.create_engine_config = create_engine_config
-    setattr(EngineArgs, _PATCHED, True)
-
-
-def _configure_vllm_logging(args: Any) -> None:
-    """Configure vLLM's logging as create_engine_config is about to, so our line is not lost.
-
-    vLLM >= 0.32 configures logging lazily as the first step of create_engine_config; doing it
-    once more is a no-op. Older vLLM configures it at import.
-    """
-    make_config = getattr(args, "create_logging_config", None)
-    if make_config is None:
-        return
-    try:
-        from vllm.logger import configure_logging_if_needed
-    except ImportError:
-        return
-    configure_logging_if_needed(make_config())
-
-
-def _let_rbln_wrap_first() -> None:
-    """Have vllm-rbln install its own wrapper now, so ours ends up outside it.
-
-    vllm-rbln's wrapper is guarded by `_rbln_model_impl_patched`, so its own plugin will not wrap
-    again later. Done only where vllm-rbln's ops plugin would load anyway.
-    """
-    if importlib.util.find_spec("vllm_rbln") is None:
-        return
-    import vllm.envs as envs
-
-    allowed = envs.VLLM_PLUGINS
-    if allowed is not None and "rbln_custom_ops" not in allowed:
-        return
-    try:
-        from vllm_rbln.platform import RblnPlatform
-
-        RblnPlatform._capture_model_impl()
-    except Exception as exc:  # an RBLN install that cannot load is its own plugin's to report
-        logger.debug("vllm-rbln model-path wrapper not installed early: %s", exc)
+    install_engine_hook(apply_to_engine_args, announce=announce)
 
 
 def opted_in_quietly() -> bool:
@@ -118,12 +66,17 @@ def apply_to_engine_args(args: Any) -> Decision | None:
         raise SpecDecodeConfigError(message)
     _apply(args, request, decision)
     setattr(args, _APPLIED, decision)
-    from vllm_specdec_plugin.vllm_fixes import APPLIED
+    from vllm_specdec_plugin import vllm_patches
 
-    fixes = f"; vLLM bug fixes applied: {', '.join(APPLIED)}" if APPLIED else ""
-    logger.info("%s%s", decision.summary(), fixes)
+    fixes = vllm_patches.applied_fixes()
+    fixes_note = f"; vLLM bug fixes applied: {', '.join(fixes)}" if fixes else ""
+    logger.info("%s%s", decision.summary(), fixes_note)
     for warning in decision.warnings:
         logger.warning("speculative decoding: %s", warning)
+    for patched in vllm_patches.replaced_after_us():
+        logger.warning("vllm-specdec-plugin: a patch of the plugin was replaced after it was "
+                       "applied: %s; that code decides whether the plugin's change still runs",
+                       patched)
     return decision
 
 

