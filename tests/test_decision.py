@@ -199,10 +199,6 @@ def test_config_without_method_or_model():
     assert "neither `method` nor `model`" in decision.errors[0]
 
 
-def test_same_inputs_same_decision():
-    assert run(model="a/b") == run(model="a/b")
-
-
 # --- the automatic choice (issue: every method, best one a checkpoint allows) ----------------
 from vllm_specdec_plugin.checkpoint import CheckpointInfo  # noqa: E402
 

@@ -170,8 +170,9 @@ def test_unknown_platform_is_refused(capsys, tmp_path):
 
 def test_secrets_redacted_in_dry_run(capsys, tmp_path):
     root, path = host_root(tmp_path, "cpu")
-    rc, plan, _ = dry_run(capsys, root, path, "--model", "m", "--", "--hf-token", "hf_secret")
-    assert "hf_secret" not in json.dumps(plan)
+    rc, plan, err = dry_run(capsys, root, path, "--model", "m", "--", "--hf-token", "hf_secret")
+    assert rc == 0 and plan is not None, err  # a dry run that failed shows (and redacts) nothing
+    assert "--hf-token" in plan["argv"] and "hf_secret" not in json.dumps(plan)
 
 
 def test_example_manifests_show_the_contract():

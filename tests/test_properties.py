@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -41,8 +42,12 @@ engines = st.builds(
 
 
 def go_quote(text: str) -> str:
-    """What Go's strconv.Quote produces for printable text (JSON escapes are a subset)."""
-    return json.dumps(text, ensure_ascii=False)
+    """What Go's strconv.Quote produces: JSON's escapes, and \\u escapes for what is not
+    printable (a raw U+0085 or U+2028 would otherwise split the kubelet's line)."""
+    quoted = json.dumps(text, ensure_ascii=False)
+    return "".join(ch if ch.isprintable() else
+                   (f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}")
+                   for ch in quoted)
 
 
 @given(st.text(max_size=200))
@@ -52,6 +57,7 @@ def test_go_quote_round_trip(text):
 
 @given(st.text(max_size=300))
 def test_annotations_parser_never_crashes(text):
+    """Any text: a dict of our keys or our error naming the file, nothing else."""
     try:
         result = parse_annotations(text, "f", (ANNOTATION_KEY,))
     except SpecDecodeConfigError as exc:
@@ -60,12 +66,59 @@ def test_annotations_parser_never_crashes(text):
         assert set(result) <= {ANNOTATION_KEY}
 
 
+other_lines = st.lists(st.tuples(st.sampled_from(["kubernetes.io/config.seen", "a", "x/y"]),
+                                 st.text(max_size=20)).map(lambda kv: f"{kv[0]}={go_quote(kv[1])}"),
+                       max_size=3)
+
+
+@given(st.text(max_size=40), other_lines, other_lines)
+def test_annotations_file_gives_back_what_the_kubelet_wrote(value, before, after):
+    """Our key written as the kubelet writes it, among other lines, always reads back exactly."""
+    text = "\n".join([*before, f"{ANNOTATION_KEY}={go_quote(value)}", *after])
+    assert parse_annotations(text, "f", (ANNOTATION_KEY,)) == {ANNOTATION_KEY: value}
+
+
+def quoted(value: str) -> bool:
+    value = value.strip()
+    return len(value) > 1 and value[0] == value[-1] == '"'
+
+
+@given(st.text(max_size=40).filter(lambda v: len(v.splitlines()) <= 1 and not quoted(v)),
+       other_lines)
+def test_annotations_file_unquoted_value_is_refused_with_file_and_line(value, before):
+    text = "\n".join([*before, f"{ANNOTATION_KEY}={value}"])
+    line = len(before) + 1
+    with pytest.raises(SpecDecodeConfigError, match=f"f:{line} "):
+        parse_annotations(text, "f", (ANNOTATION_KEY,))
+
+
 @given(st.text(max_size=300))
 def test_inference_config_parser_never_crashes(text):
+    """Any text: a config or our error naming the file (any other exception fails the test)."""
     try:
         parse_inference_config(text, "c.yaml")
     except SpecDecodeConfigError as exc:
         assert "c.yaml" in exc.message
+
+
+@given(st.dictionaries(st.sampled_from(["max-model-len", "enforce-eager", "x"]), json_scalars,
+                       max_size=3),
+       st.one_of(st.none(), spec_configs))
+def test_inference_config_speculative_config_read_back(flags, spec):
+    """A well-formed file gives back its flags and its speculative config, as a JSON string or
+    as a mapping."""
+    import yaml
+
+    section = dict(flags)
+    if spec is not None:
+        section["speculative-config"] = json.dumps(spec)
+    config = parse_inference_config(yaml.safe_dump({"vllm": section}), "c.yaml")
+    assert dict(config.vllm) == section
+    assert config.speculative_config == (None if spec is None else spec)
+    if spec is not None:
+        section["speculative-config"] = spec
+        config = parse_inference_config(yaml.safe_dump({"vllm": section}), "c.yaml")
+        assert config.speculative_config == spec
 
 
 @settings(max_examples=300)
@@ -73,8 +126,6 @@ def test_inference_config_parser_never_crashes(text):
 def test_decision_invariants(annotation, engine, caps, file_config):
     kaito = KaitoRequest(Annotation(annotation, "t"), config_speculative_config=file_config)
     decision = decide(kaito, engine, caps, PRESETS)
-    # Same inputs, same decision.
-    assert decide(kaito, engine, caps, PRESETS) == decision
     if annotation in (None, "false"):  # not opted in: no change at all
         assert not decision.enabled and not decision.errors and not decision.warnings
         assert decision.speculative_config is None and decision.model_impl is None
