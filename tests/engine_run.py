@@ -55,7 +55,7 @@ def config_only(kwargs: dict) -> None:
         args = EngineArgs(**kwargs)
         config = args.create_engine_config()
         out = {**resolved(config), "config_hash": config.compute_hash()}
-    except BaseException as exc:  # SystemExit from the plugin included
+    except Exception as exc:  # as an application would: a plugin's SystemExit escapes this
         out = {"error_type": type(exc).__name__, "error": str(exc)}
     decision = getattr(args, "_specdec_plugin_decision", None)
     out["decision"] = asdict(decision) if decision is not None else None
