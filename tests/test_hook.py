@@ -10,7 +10,8 @@ from vllm.engine.arg_utils import EngineArgs
 from vllm_specdec_plugin.errors import SpecDecodeConfigError
 from vllm_specdec_plugin.hook import apply_to_engine_args
 
-FIELDS = ("speculative_config", "model_impl", "async_scheduling", "spec_method", "spec_tokens")
+FIELDS = ("speculative_config", "model_impl", "async_scheduling", "spec_method", "spec_tokens",
+          "per_request_spec_decode_metrics")
 
 
 class Records(logging.Handler):
@@ -66,7 +67,15 @@ def test_opted_in_applies_once(env, tiny_llama):
     decision = apply_to_engine_args(args)
     assert args.speculative_config == decision.speculative_config
     assert args.model_impl == "vllm" and args.async_scheduling is False
+    assert args.per_request_spec_decode_metrics == "summary"  # vLLM's default was "none"
     assert apply_to_engine_args(args) is decision  # a second create_engine_config: same
+
+
+def test_users_per_request_metrics_level_is_kept(env, tiny_llama):
+    env.setenv("KAITO_ENABLE_SPECULATIVE_DECODING", "true")
+    args = EngineArgs(model=str(tiny_llama), per_request_spec_decode_metrics="detailed")
+    apply_to_engine_args(args)
+    assert args.per_request_spec_decode_metrics == "detailed"
 
 
 def test_spec_flags_are_the_users_config(env, tiny_llama):
@@ -100,6 +109,7 @@ def test_plugin_failure_serve_without(env, tiny_llama, plugin_log):
     args.speculative_config = 42
     assert apply_to_engine_args(args) is None
     assert args.speculative_config == 42 and args.model_impl == "auto"
+    assert args.per_request_spec_decode_metrics == "none"  # vLLM refuses it without speculation
     assert any(r.levelno == logging.WARNING and "WITHOUT speculative decoding" in r.getMessage()
                for r in plugin_log)
 

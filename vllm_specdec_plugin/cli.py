@@ -123,11 +123,16 @@ def explain(argv: Sequence[str], environ: Mapping[str, str]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: vllm-specdec explain [flags]   (vllm-specdec explain --help for flags)")
+        print("usage: vllm-specdec explain [flags] | vllm-specdec status [--url URL] [flags]"
+              "   (vllm-specdec COMMAND --help for flags)")
         return EXIT_OK if argv else EXIT_INVALID
+    if argv[0] == "status":
+        from vllm_specdec_plugin import status_cli
+
+        return status_cli.main(argv[1:])
     if argv[0] != "explain":
-        print(f"vllm-specdec: unknown command {argv[0]!r}; the command is `explain`",
-              file=sys.stderr)
+        print(f"vllm-specdec: unknown command {argv[0]!r}; the commands are `explain` and "
+              "`status`", file=sys.stderr)
         return EXIT_INVALID
     return explain(argv[1:], os.environ)
 

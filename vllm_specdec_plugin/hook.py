@@ -22,13 +22,15 @@ logger = init_logger("vllm.specdec_plugin")
 ENV_ON_ERROR = "VLLM_SPECDEC_ON_ERROR"
 ON_ERROR_CHOICES = ("fail", "serve-without")
 _APPLIED = "_specdec_plugin_decision"
+_SERVED_WITHOUT = "_specdec_plugin_served_without"
+PER_REQUEST_METRICS = "per_request_spec_decode_metrics"
 
 
 def install(*, announce: bool = False) -> None:
     """Wrap `EngineArgs.create_engine_config` once per process (idempotent; vllm_patches)."""
     from vllm_specdec_plugin.vllm_patches import install_engine_hook
 
-    install_engine_hook(apply_to_engine_args, announce=announce)
+    install_engine_hook(apply_to_engine_args, announce=announce, configured=export_decision)
 
 
 def opted_in_quietly() -> bool:
@@ -59,7 +61,9 @@ def apply_to_engine_args(args: Any) -> Decision | None:
         logger.error("%s", exc.message)
         raise
     except Exception as exc:
-        return _plugin_failed(exc)
+        _plugin_failed(exc)  # raises unless the policy is serve-without
+        setattr(args, _SERVED_WITHOUT, True)
+        return None
     if decision.errors:
         message = "; ".join(decision.errors)
         logger.error("%s", message)
@@ -70,7 +74,8 @@ def apply_to_engine_args(args: Any) -> Decision | None:
 
     fixes = vllm_patches.applied_fixes()
     fixes_note = f"; vLLM bug fixes applied: {', '.join(fixes)}" if fixes else ""
-    logger.info("%s%s", decision.summary(), fixes_note)
+    per_request = _ask_per_request_metrics(args)
+    logger.info("%s%s%s", decision.summary(), per_request, fixes_note)
     for warning in decision.warnings:
         logger.warning("speculative decoding: %s", warning)
     for patched in vllm_patches.replaced_after_us():
@@ -108,6 +113,33 @@ def _apply(args: Any, requested: EngineRequest, decision: Decision) -> None:
     args.model_impl = decision.model_impl
     if decision.async_scheduling is False:
         args.async_scheduling = False
+
+
+def _ask_per_request_metrics(args: Any) -> str:
+    """Each response carries its own acceptance, where vLLM has the option (>= 0.32).
+
+    Only a value left at vLLM's default ("none") changes; it is said in the INFO line.
+    """
+    if getattr(args, PER_REQUEST_METRICS, None) != "none":
+        return ""
+    setattr(args, PER_REQUEST_METRICS, "summary")
+    return f"; {PER_REQUEST_METRICS}=summary (each response carries its acceptance)"
+
+
+def export_decision(args: Any, vllm_config: Any) -> None:
+    """After vLLM built its config: opted in, the decision and what vLLM resolved from it go
+    to /metrics (`metrics.py`); not opted in, nothing."""
+    decision = getattr(args, _APPLIED, None)
+    if decision is None and not getattr(args, _SERVED_WITHOUT, False):
+        return  # not opted in: nothing exported
+    from vllm_specdec_plugin import metrics
+
+    try:
+        labels = metrics.decision_labels(decision, *metrics.resolved_speculation(vllm_config))
+        metrics.export_decision(labels)
+    except Exception as exc:  # observability must not stop an engine that is configured
+        logger.warning("speculative decoding: decision not exported to /metrics (%s: %s)",
+                       type(exc).__name__, exc)
 
 
 def _plugin_failed(exc: Exception) -> None:

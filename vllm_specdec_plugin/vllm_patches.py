@@ -191,9 +191,11 @@ def warn_if_untested_vllm() -> None:
 # --- the engine hook ---------------------------------------------------------------------------
 
 
-def install_engine_hook(decide_and_apply: Callable[[Any], Any], *, announce: bool) -> None:
+def install_engine_hook(decide_and_apply: Callable[[Any], Any], *, announce: bool,
+                        configured: Callable[[Any, Any], None] | None = None) -> None:
     """Wrap `EngineArgs.create_engine_config`, the one call `vllm serve`, `LLM()` and `AsyncLLM`
-    make before the `VllmConfig` exists, so `decide_and_apply(engine_args)` runs first."""
+    make before the `VllmConfig` exists, so `decide_and_apply(engine_args)` runs first, and
+    `configured(engine_args, vllm_config)` once vLLM has built the config."""
     from vllm.engine.arg_utils import EngineArgs
 
     patch = Patch(ENGINE_HOOK, EngineArgs, "create_engine_config",
@@ -208,7 +210,10 @@ def install_engine_hook(decide_and_apply: Callable[[Any], Any], *, announce: boo
     def create_engine_config(self: Any, *args: Any, **kwargs: Any) -> Any:
         _configure_vllm_logging(self)
         decide_and_apply(self)
-        return original(self, *args, **kwargs)
+        config = original(self, *args, **kwargs)
+        if configured is not None:
+            configured(self, config)
+        return config
 
     apply_patch(patch, create_engine_config, announce=announce)
 
