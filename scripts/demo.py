@@ -34,16 +34,21 @@ SERVE_FLAGS = ["--served-model-name", NAME, "--dtype", "float32", "--enforce-eag
 EMAIL = ("Hi team,\nThe quarterly review meeting is moved from Tuesday to Thursday at 3 pm in "
          "room 204. Please bring your project updates and the budget numbers for the next "
          "quarter. Lunch will be provided.\nThanks,\nMaria")
-CODE = ('def total_price(items):\n    total = 0\n    for item in items:\n'
-        '        total = total + item["price"] * item["quantity"]\n    return total')
+NOTES = ("Release notes, version 2.4:\n- The export button now saves files as CSV and JSON.\n"
+         "- Search results load twice as fast.\n- Fixed a crash when the settings page was "
+         "opened offline.\n- The dark theme is now the default for new users.")
+DIRECTIONS = ("To reach the office, take the number 12 bus to Market Square. Walk north past the "
+              "library, turn left at the bakery, and enter the glass building on the corner. "
+              "Reception is on the second floor.")
+# What a 135M model does well: quoting given text back (a reply that cites, a copy edit).
 REQUESTS = [
     f"Repeat the following email exactly, word for word:\n\n{EMAIL}",
-    f"Rewrite this email, changing Thursday to Friday and room 204 to room 310. Keep "
-    f"everything else the same.\n\n{EMAIL}",
-    f"Repeat this Python code exactly:\n\n{CODE}",
-    f"Copy this email and add the line 'P.S. Coffee is on me.' at the end:\n\n{EMAIL}",
+    f"Repeat the following release notes exactly:\n\n{NOTES}",
+    f"Repeat these directions exactly:\n\n{DIRECTIONS}",
+    f"Copy this email exactly:\n\n{EMAIL}",
 ]
 MAX_TOKENS = 160
+ROUNDS = 2  # every request twice: more tokens per measurement, same for both servers
 
 
 def free_port() -> int:
@@ -109,7 +114,7 @@ def run(model: str, opt_in: str, log: Path, with_status: bool) -> dict:
         print(f"ready in {server.wait_ready():.0f} s", flush=True)
         chat(server.base, "Say hello.", max_tokens=8)  # warm-up, not timed
         answers, seconds = [], 0.0
-        for prompt in REQUESTS:
+        for prompt in REQUESTS * ROUNDS:
             started = time.monotonic()
             answers.append(chat(server.base, prompt))
             seconds += time.monotonic() - started
@@ -147,7 +152,7 @@ def main() -> int:
     logs.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     print(f"== {Path(model).name}, float32, {os.cpu_count()} CPU cores: {len(REQUESTS)} "
-          f"editing/quoting requests, greedy, one at a time, max {MAX_TOKENS} tokens each")
+          f"quoting requests x {ROUNDS}, greedy, one at a time, max {MAX_TOKENS} tokens each")
     print('== 1/2 without speculation: kaito.sh/enable-speculative-decoding="false"')
     base = run(model, "false", logs / "without.log", with_status=False)
     print('== 2/2 with the opt-in: kaito.sh/enable-speculative-decoding="true"')
@@ -156,17 +161,18 @@ def main() -> int:
     base_rate, spec_rate = (r["tokens"] / r["seconds"] for r in (base, spec))
     same = [text_of(a) == text_of(b) for a, b in zip(base["answers"], spec["answers"],
                                                       strict=True)]
-    figures = [a.get("metrics", {}).get("speculative_decoding") or {} for a in spec["answers"]]
+    figures = [(a.get("metrics") or {}).get("speculative_decoding") or {}
+               for a in spec["answers"]]
     print("\n== result")
     print(f"   without speculation: {base_rate:6.1f} tok/s")
     print(f"   with the opt-in:     {spec_rate:6.1f} tok/s   ({spec_rate / base_rate:.2f}x)")
     print(f"   identical answers:   {sum(same)} of {len(same)}")
     print("   acceptance per request (metrics.speculative_decoding.draft_acceptance_rate): "
           + ", ".join(f"{f.get('draft_acceptance_rate', 0):.2f}" for f in figures))
-    print(f"\n== request 2 and its answer (with speculation)\n{REQUESTS[1]}\n---\n"
-          f"{text_of(spec['answers'][1])}")
+    print(f"\n== request 1 and its answer (with speculation)\n{REQUESTS[0]}\n---\n"
+          f"{text_of(spec['answers'][0])}")
     print("\n== its metrics.speculative_decoding (per_request_spec_decode_metrics=summary)")
-    print(json.dumps(figures[1], indent=2))
+    print(json.dumps(figures[0], indent=2))
     print(f"\n== vllm-specdec status --url <server>\n{spec['status']}")
     print(f"\n== done in {time.monotonic() - started:.0f} s; vLLM logs in {logs}")
     return 0 if spec["status"] and base_rate > 0 else 1

@@ -74,11 +74,11 @@ def traffic(base: str) -> list[tuple[str, float, float]]:
     for _ in range(2):
         chat(base, "Say hello.", max_tokens=8)
     start = time.time()
-    for prompt in REQUESTS * 2:
+    for prompt in REQUESTS * 10:
         chat(base, prompt)
     phases.append(("editing, 1 at a time", start, time.time()))
     start = time.time()
-    for prompt in OPEN_ENDED[:5]:
+    for prompt in OPEN_ENDED[:6]:
         chat(base, prompt)
     phases.append(("open-ended, 1 at a time", start, time.time()))
     start = time.time()
@@ -98,9 +98,17 @@ def draw(panels: list[dict], prom: str, phases: list, start: float, end: float,
 
     series_panels = [p for p in panels if p["type"] == "timeseries"]
     table = next(p for p in panels if p["type"] == "table")
-    fig = plt.figure(figsize=(14, 3 + 3 * ((len(series_panels) + 1) // 2)))
-    grid = fig.add_gridspec(1 + (len(series_panels) + 1) // 2, 2,
-                            height_ratios=[0.45] + [1] * ((len(series_panels) + 1) // 2))
+    # The dashboard's layout: two panels per row, a full-width panel (w=24) on a row of its own.
+    places, row, column = [], 0, 0
+    for panel in series_panels:
+        wide = panel["gridPos"]["w"] >= 24
+        if wide and column:
+            row, column = row + 1, 0
+        places.append((row, slice(0, 2) if wide else column))
+        row, column = (row + 1, 0) if wide or column else (row, 1)
+    rows_needed = row + (1 if column else 0)
+    fig = plt.figure(figsize=(14, 1.2 + 3.2 * rows_needed))
+    grid = fig.add_gridspec(1 + rows_needed, 2, height_ratios=[0.3] + [1] * rows_needed)
     rows = query(prom, "query", query=substitute(table["targets"][0]["expr"]), time=str(end))
     ax = fig.add_subplot(grid[0, :])
     ax.axis("off")
@@ -110,8 +118,8 @@ def draw(panels: list[dict], prom: str, phases: list, start: float, end: float,
               for c in columns] for r in rows]
     if cells:
         ax.table(cellText=cells, colLabels=columns, loc="center", cellLoc="left")
-    for index, panel in enumerate(series_panels):
-        ax = fig.add_subplot(grid[1 + index // 2, index % 2])
+    for panel, (row, column) in zip(series_panels, places, strict=True):
+        ax = fig.add_subplot(grid[1 + row, column])
         for target in panel["targets"]:
             for result in query(prom, "query_range", query=substitute(target["expr"]),
                                 start=str(start), end=str(end), step="2"):
