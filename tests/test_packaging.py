@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -13,8 +14,12 @@ TOOLING_MARKS = ("gguf", "pip download", '"download"')
 
 
 def test_wheel_holds_no_demo_tooling(tmp_path: Path) -> None:
+    # A clean copy: setuptools reuses a build/ directory, which may hold files since removed.
+    source = tmp_path / "src"
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv*", "build", "*.egg-info", "__pycache__", ".*_cache", "results"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                    "-q", "-w", str(tmp_path), str(REPO)], check=True, capture_output=True)
+                    "-q", "-w", str(tmp_path), str(source)], check=True, capture_output=True)
     (wheel,) = tmp_path.glob("vllm_specdec_plugin-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()

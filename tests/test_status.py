@@ -111,6 +111,14 @@ def test_opted_in_but_serving_without() -> None:
     assert "serving WITHOUT speculative decoding" in status_of(counters(text)).verdict
 
 
+def test_prefill_only_instance_is_off_by_design() -> None:
+    decision = Decision(False, "prefill-only", platform="cuda")
+    labels = decision_labels(decision, None, None, False)
+    text = ("vllm_specdec_decision_info{" + ",".join(f'{k}="{v}"' for k, v in labels.items())
+            + "} 1\n" + PLAIN)
+    assert status_of(counters(text)).verdict.startswith("prefill-only instance")
+
+
 def test_disable_log_stats_is_not_mistaken_for_no_speculation() -> None:
     assert "--disable-log-stats" in status_of(counters(DECISION)).verdict
 

@@ -14,6 +14,7 @@ import math
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 
+from vllm_specdec_plugin.decision import SOURCE_PREFILL_ONLY
 from vllm_specdec_plugin.metrics import DECISION_METRIC, METHOD_NONE
 
 DRAFTS = "vllm:spec_decode_num_drafts_total"
@@ -202,6 +203,9 @@ def status_of(counters: Counters, window_s: float | None = None) -> Status:
 
 def _verdict_without_speculation(counters: Counters) -> str:
     decision = counters.decision
+    if decision is not None and decision.get("source") == SOURCE_PREFILL_ONLY:
+        return ("prefill-only instance (disaggregated serving): no speculation here by design; "
+                "check the decode instances")
     if decision is not None and decision.get("method") == METHOD_NONE:
         return (f"opted in, but serving WITHOUT speculative decoding "
                 f"(source: {decision.get('source', '?')}); see the server's log")
