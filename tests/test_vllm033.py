@@ -73,6 +73,10 @@ def cuda_cases(m: dict) -> list[dict]:
             **llama, "pipeline_parallel_size": 2, "speculative_config": eagle3}},
         {"name": "pp2-eagle3-mimo", "env": OPT_IN, "engine_args": {
             **mimo, "pipeline_parallel_size": 2, "speculative_config": eagle3}},
+        {"name": "prefill-only", "env": OPT_IN, "engine_args": {**llama, "kv_transfer_config": {
+            "kv_connector": "NixlConnector", "kv_role": "kv_producer"}}},
+        {"name": "decode", "env": OPT_IN, "engine_args": {**llama, "kv_transfer_config": {
+            "kv_connector": "NixlConnector", "kv_role": "kv_consumer"}}},
         {"name": "tp2", "env": OPT_IN, "engine_args": {**llama, "tensor_parallel_size": 2}},
         {"name": "dp2", "env": OPT_IN, "engine_args": {**llama, "data_parallel_size": 2}},
     ]
@@ -192,6 +196,13 @@ def test_cuda_pipeline_parallel_eagle3(cuda):
     assert result["error_type"] == "SpecDecodeConfigError"
     assert "method 'eagle3' cannot run with pipeline parallelism" in result["error"]
     assert "MiMoModel (MiMoForCausalLM)" in result["error"]
+
+
+def test_cuda_prefill_only_instance_runs_without_speculation(cuda):
+    result = cuda["prefill-only"]
+    assert result["decision"]["source"] == "prefill-only"
+    assert resolved(result)[:3] == (None, None, None)
+    assert resolved(cuda["decode"]) == ("ngram", 5, SCHEDULE_NGRAM, True, "V2", FULL)
 
 
 def test_cuda_tensor_parallel_2(cuda):
