@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import importlib
 import random
-from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -164,14 +163,33 @@ def test_internal_error_drafts_nothing_and_is_logged_once():
 
 # -- selection: VLLM_SPECDEC_FALLBACK=adaptive ------------------------------------------------
 
-def test_adaptive_fallback_is_selected_by_name_and_only_then():
-    from test_decision import CPU, RBLN, opted_in, run
+VLLM_032 = ("0.32.0", {"ngram", "suffix", "eagle", "eagle3", "medusa", "mtp", "draft_model",
+                       "ngram_gpu", "custom_class"}, {"eagle", "eagle3", "mtp", "draft_model"})
 
+
+def opted_in(**kwargs):
+    from vllm_specdec_plugin.decision import KaitoRequest
+    from vllm_specdec_plugin.inputs import Annotation
+
+    return KaitoRequest(Annotation("true", "test"), **kwargs)
+
+
+def run(kaito, caps, **engine):
+    from vllm_specdec_plugin.decision import EngineRequest, decide
+    from vllm_specdec_plugin.presets import builtin_preset_table
+
+    engine.setdefault("model", "microsoft/Phi-4-mini-instruct")
+    return decide(kaito, EngineRequest(**engine), caps, builtin_preset_table())
+
+
+def test_adaptive_fallback_is_selected_by_name_and_only_then():
     from vllm_specdec_plugin.adaptive import CLASS_PATH, AdaptiveProposer
+    from vllm_specdec_plugin.capabilities import capabilities_for
     from vllm_specdec_plugin.decision import ADAPTIVE_FALLBACK, FALLBACKS, NGRAM_FALLBACK
 
-    caps = replace(CPU, methods=CPU.methods | {"custom_class"})
-    decision = run(kaito=opted_in(fallback="adaptive"), caps=caps)
+    caps = capabilities_for("cpu", vllm_info=VLLM_032)
+    rbln = capabilities_for("rbln", vllm_info=VLLM_032)  # vllm-rbln's list has no custom_class
+    decision = run(opted_in(fallback="adaptive"), caps)
     assert decision.enabled and decision.source == "adaptive-fallback"
     assert decision.speculative_config == dict(ADAPTIVE_FALLBACK)
     assert decision.async_scheduling is False
@@ -180,15 +198,15 @@ def test_adaptive_fallback_is_selected_by_name_and_only_then():
     assert getattr(importlib.import_module(module), name) is AdaptiveProposer
     assert "num_speculative_tokens_per_batch_size" not in decision.speculative_config
     assert "adaptive" in FALLBACKS and FALLBACKS[0] == "ngram"
-    assert run(caps=caps).speculative_config == dict(NGRAM_FALLBACK)  # default unchanged
+    assert run(opted_in(), caps).speculative_config == dict(NGRAM_FALLBACK)  # default unchanged
     # A user config and a tuned preset are untouched by the fallback setting.
     user = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 2}
-    assert run(kaito=opted_in(fallback="adaptive"), caps=caps,
+    assert run(opted_in(fallback="adaptive"), caps,
                speculative_config=user).speculative_config == user
-    tuned = run(kaito=opted_in(fallback="adaptive"), caps=caps, model="Qwen/Qwen3.5-4B")
+    tuned = run(opted_in(fallback="adaptive"), caps, model="Qwen/Qwen3.5-4B")
     assert tuned.source == "tuned-preset"
     # RBLN (vllm-rbln has no custom_class): refused, naming the setting.
-    refused = run(kaito=opted_in(fallback="adaptive"), caps=replace(RBLN))
+    refused = run(opted_in(fallback="adaptive"), rbln)
     assert not refused.enabled
     assert "VLLM_SPECDEC_FALLBACK=adaptive" in refused.errors[0]
     assert "custom_class" in refused.errors[0]
