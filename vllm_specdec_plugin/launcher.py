@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from vllm_specdec_plugin import rbln
+from vllm_specdec_plugin.capabilities import installed_vllm_build
 from vllm_specdec_plugin.errors import SpecDecodeConfigError, quote_value
 from vllm_specdec_plugin.gather import decide_for_args, given_flags, parse_vllm_serve
-from vllm_specdec_plugin.hosts import PLATFORMS, Host, detect_host
+from vllm_specdec_plugin.hosts import PLATFORMS, Host, available_memory, detect_host
 from vllm_specdec_plugin.inputs import ENV_INFERENCE_CONFIG, load_inference_config
 from vllm_specdec_plugin.redact import redact_argv, redact_env
 from vllm_specdec_plugin.resolve import is_opted_in, read_opt_in
@@ -30,6 +31,7 @@ EXIT_INVALID = 2
 CPU_KV_CACHE_SHARE = 0.25
 CPU_KV_CACHE_MIN = 512 << 20
 CPU_KV_CACHE_MAX = 16 << 30
+CPU_KV_CACHE_DEFAULT = 2 << 30  # neither /proc/meminfo nor a cgroup limit readable
 # SIGTERM drains in-flight requests for this long (vLLM's default, 0, aborts them), inside
 # Kubernetes' default 30 s termination grace period.
 SHUTDOWN_TIMEOUT_S = 25
@@ -64,18 +66,18 @@ def config_flags(section: Mapping[str, Any]) -> list[str]:
     return argv
 
 
-def _cpu_kv_cache_bytes(root: Path) -> int:
-    available = None
-    try:
-        for line in (root / "proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                available = int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    if available is None:
-        return 2 << 30
-    size = int(available * CPU_KV_CACHE_SHARE)
-    return max(CPU_KV_CACHE_MIN, min(CPU_KV_CACHE_MAX, size)) // (1 << 20) * (1 << 20)
+def _cpu_kv_cache_bytes(root: Path, plan: LaunchPlan) -> int:
+    """A share of what this container may use: the node's memory or the pod's cgroup limit."""
+    memory = available_memory(root)
+    if memory.available is None:
+        size = CPU_KV_CACHE_DEFAULT
+    else:
+        size = int(memory.available * CPU_KV_CACHE_SHARE)
+        size = max(CPU_KV_CACHE_MIN, min(CPU_KV_CACHE_MAX, size)) // (1 << 20) * (1 << 20)
+    plan.notes.append(f"--kv-cache-memory-bytes {size} ({size >> 20} MiB): "
+                      f"{CPU_KV_CACHE_SHARE:.0%} of {memory.source}, between "
+                      f"{CPU_KV_CACHE_MIN >> 20} MiB and {CPU_KV_CACHE_MAX >> 30} GiB")
+    return size
 
 
 def _vllm_has_arg(name: str) -> bool:
@@ -108,7 +110,7 @@ def _host_defaults(host: Host, opted_in: bool, root: Path, environ: Mapping[str,
                 plan.notes.append(f"{rbln.LEGACY_MODEL_ENV} (deprecated) removed: "
                                   "--model-impl vllm decides the model path")
     elif host.platform == "cpu":
-        defaults += ["--kv-cache-memory-bytes", str(_cpu_kv_cache_bytes(root))]
+        defaults += ["--kv-cache-memory-bytes", str(_cpu_kv_cache_bytes(root, plan))]
         iomp = Path(sys.prefix) / "lib" / "libiomp5.so"
         if iomp.exists() and "LD_PRELOAD" not in environ:
             # vLLM's CPU worker: speculative decoding without Intel OpenMP preloaded is slow.
@@ -119,7 +121,8 @@ def _host_defaults(host: Host, opted_in: bool, root: Path, environ: Mapping[str,
 def build_plan(args: argparse.Namespace, passthrough: list[str],
                environ: Mapping[str, str]) -> LaunchPlan:
     root = Path(args.root)
-    host = detect_host(root, environ, platform=args.platform)
+    host = detect_host(root, environ, platform=args.platform,
+                       vllm_build=installed_vllm_build(environ))
     model = args.model or environ.get(ENV_MODEL)
     if not model:
         raise SpecDecodeConfigError(
@@ -130,7 +133,7 @@ def build_plan(args: argparse.Namespace, passthrough: list[str],
         env[ENV_INFERENCE_CONFIG] = args.config
     config = load_inference_config(env)
     file_flags = config_flags(config.vllm)
-    plan = LaunchPlan(host.platform, list(host.devices), [])
+    plan = LaunchPlan(host.platform, list(host.devices), [], notes=list(host.notes))
     if args.config:
         plan.env[ENV_INFERENCE_CONFIG] = args.config
     explicit = file_flags + passthrough
