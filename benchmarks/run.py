@@ -48,16 +48,12 @@ from benchmarks.configs import (  # noqa: E402
 )
 from benchmarks.plugin_cost import measure  # noqa: E402
 from benchmarks.stats import combine_rounds, compare  # noqa: E402
+from vllm_specdec_plugin import settings  # noqa: E402
 
 WORKLOAD_DIR = Path(__file__).parent / "workloads"
 WORKLOADS = ("input_grounded", "multi_turn", "open_ended", "mt_bench")
 # Inputs the plugin reads: never inherited from the caller's shell.
-PLUGIN_ENV = (
-    "KAITO_ENABLE_SPECULATIVE_DECODING", "KAITO_RUNTIME", "KAITO_ANNOTATIONS_FILE",
-    "KAITO_PRESET_NAME", "KAITO_INFERENCE_CONFIG", "VLLM_SPECDEC_PRESETS_FILE",
-    "VLLM_SPECDEC_ON_ERROR", "VLLM_SPECDEC_DRAFT_MODEL", "VLLM_SPECDEC_FALLBACK",
-    "VLLM_SPECDEC_SCHEDULE", "VLLM_PLUGINS", "VLLM_SPECDEC_ADAPTIVE_STATS",
-)
+PLUGIN_ENV = (*settings.PLUGIN_ENV, "VLLM_PLUGINS")
 FULL = {"concurrency": [1, 4, 16, 32], "requests": [4, 8, 16, 32], "max_tokens": 128,
         "workloads": list(WORKLOADS), "rounds": 3, "import_runs": 5, "decide_calls": 1000}
 QUICK = {"concurrency": [1, 4], "requests": [2, 4], "max_tokens": 32,

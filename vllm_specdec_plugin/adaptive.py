@@ -47,6 +47,7 @@ from vllm_specdec_plugin.adaptive_policy import (
     outcome,
     plan_draft_lengths,
 )
+from vllm_specdec_plugin.settings import ENV_ADAPTIVE_STATS
 
 CLASS_PATH = "vllm_specdec_plugin.adaptive.AdaptiveProposer"
 DEFAULT_NUM_SPECULATIVE_TOKENS = 8
@@ -59,7 +60,7 @@ SUFFIX_MIN_TOKEN_PROB = 0.1
 KEY_TOKENS = 8
 # A gap between calls longer than this many predicted steps is idle time, not a step.
 IDLE_FACTOR = 4.0
-ENV_STATS = "VLLM_SPECDEC_ADAPTIVE_STATS"
+ENV_STATS = ENV_ADAPTIVE_STATS
 STATS_EVERY = 25
 SOURCES = ("ngram", "suffix")
 

@@ -10,23 +10,19 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vllm_specdec_plugin.capabilities import installed_vllm_build
-from vllm_specdec_plugin.decision import Decision
-from vllm_specdec_plugin.errors import SpecDecodeConfigError
+from vllm_specdec_plugin.decision import SOURCE_OFF, Decision
+from vllm_specdec_plugin.errors import EXIT_INVALID, SpecDecodeConfigError
 from vllm_specdec_plugin.gather import decide_for_args, parse_vllm_serve
 from vllm_specdec_plugin.hosts import PLATFORMS, detect_host
-from vllm_specdec_plugin.inputs import (
-    ENV_INFERENCE_CONFIG,
-    ENV_PRESET_NAME,
-    Annotation,
-    parse_speculative_config,
-)
+from vllm_specdec_plugin.inputs import Annotation, parse_speculative_config
+from vllm_specdec_plugin.settings import ENV_INFERENCE_CONFIG, ENV_MODEL, ENV_PRESET_NAME
 
-EXIT_OK, EXIT_INVALID = 0, 2
+EXIT_OK = 0
 
 
 def add_decision_flags(parser: argparse.ArgumentParser) -> None:
     """The flags shared by `explain` and the launcher; left out, they come from env and files."""
-    parser.add_argument("--model", help="the model (vLLM --model); default: env KAITO_MODEL")
+    parser.add_argument("--model", help=f"the model (vLLM --model); default: env {ENV_MODEL}")
     parser.add_argument("--preset", help=f"the KAITO preset; default: env {ENV_PRESET_NAME}")
     parser.add_argument("--served-model-name", nargs="+", help="vLLM --served-model-name")
     parser.add_argument("--annotation", help="value of kaito.sh/enable-speculative-decoding")
@@ -78,14 +74,14 @@ def decision_from_flags(
         spec = (None if args.speculative_config is None else
                 parse_speculative_config(args.speculative_config, "--speculative-config"))
     except SpecDecodeConfigError as exc:
-        return Decision(False, "off", platform=platform, errors=(exc.message,))
-    model = args.model or environ.get("KAITO_MODEL") or None
+        return Decision(False, SOURCE_OFF, platform=platform, errors=(exc.message,))
+    model = args.model or environ.get(ENV_MODEL) or None
     try:
         engine_args: Any = parse_vllm_serve(model, [*vllm_flags(args, spec), *passthrough])
         engine_args.model = model  # unset stays unset (vLLM would put its default model here)
     except ImportError:  # no vLLM here: explain's own flags carry the same attribute names
         if passthrough:
-            return Decision(False, "off", platform=platform, errors=(
+            return Decision(False, SOURCE_OFF, platform=platform, errors=(
                 "vLLM flags after `--` are read with vLLM's own parser, and vLLM is not "
                 "installed here; install vllm or leave them out",))
         engine_args = argparse.Namespace(**{**vars(args), "model": model,

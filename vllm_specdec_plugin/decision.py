@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 from vllm_specdec_plugin import rbln
 from vllm_specdec_plugin.checkpoint import CheckpointInfo
@@ -17,6 +17,7 @@ from vllm_specdec_plugin.errors import quote_value
 from vllm_specdec_plugin.inputs import ANNOTATION_KEY, RUNTIME_KEY, Annotation
 from vllm_specdec_plugin.presets import PresetTable
 from vllm_specdec_plugin.schedule import load_aware_schedule
+from vllm_specdec_plugin.settings import FALLBACKS, Fallback
 
 # KAITO's universal fallback (KAITO v0.13.0): deliberately conservative, no prompt_lookup_min.
 NGRAM_FALLBACK: Mapping[str, Any] = {
@@ -32,23 +33,26 @@ ADAPTIVE_FALLBACK: Mapping[str, Any] = {
     "num_speculative_tokens": 16,
 }
 # The methods the product promises (the KAITO and RBLN pages).
-PROMISED_METHODS = ("ngram", "suffix", "eagle", "eagle3", "medusa", "mtp")
-DRAFT_MODEL_METHODS = ("eagle", "eagle3", "medusa")
+PromisedMethod = Literal["ngram", "suffix", "eagle", "eagle3", "medusa", "mtp"]
+PROMISED_METHODS: tuple[PromisedMethod, ...] = get_args(PromisedMethod)
+DRAFT_MODEL_METHODS: tuple[PromisedMethod, ...] = ("eagle", "eagle3", "medusa")
 
-SOURCE_OFF = "off"
-SOURCE_USER_ENGINE = "user-config (engine arguments)"
-SOURCE_USER_FILE = "user-config (inference_config.yaml)"
-SOURCE_TUNED = "tuned-preset"
-SOURCE_FALLBACK = "ngram-fallback"
-SOURCE_SUFFIX_FALLBACK = "suffix-fallback"
-SOURCE_ADAPTIVE_FALLBACK = "adaptive-fallback"
-SOURCE_SPECULATORS = "speculators-checkpoint"
-SOURCE_CHECKPOINT_MTP = "checkpoint-mtp"
-SOURCE_DRAFT = "draft-model"
-SOURCE_PREFILL_ONLY = "prefill-only"
+# Why the config is what it is (`Decision.source`); a Literal so a type checker sees a typo.
+Source = Literal["off", "user-config (engine arguments)", "user-config (inference_config.yaml)",
+                 "tuned-preset", "ngram-fallback", "suffix-fallback", "adaptive-fallback",
+                 "speculators-checkpoint", "checkpoint-mtp", "draft-model", "prefill-only"]
+SOURCE_OFF: Source = "off"
+SOURCE_USER_ENGINE: Source = "user-config (engine arguments)"
+SOURCE_USER_FILE: Source = "user-config (inference_config.yaml)"
+SOURCE_TUNED: Source = "tuned-preset"
+SOURCE_FALLBACK: Source = "ngram-fallback"
+SOURCE_SUFFIX_FALLBACK: Source = "suffix-fallback"
+SOURCE_ADAPTIVE_FALLBACK: Source = "adaptive-fallback"
+SOURCE_SPECULATORS: Source = "speculators-checkpoint"
+SOURCE_CHECKPOINT_MTP: Source = "checkpoint-mtp"
+SOURCE_DRAFT: Source = "draft-model"
+SOURCE_PREFILL_ONLY: Source = "prefill-only"
 KV_PRODUCER = "kv_producer"
-# The allowed VLLM_SPECDEC_FALLBACK values (the first is the default).
-FALLBACKS = ("ngram", "suffix", "adaptive")
 EAGLE_DRAFT_TOKENS = 3
 
 
@@ -111,7 +115,7 @@ class KaitoRequest:
     config_path: str | None = None
     draft: CheckpointInfo | None = None
     """The draft named by VLLM_SPECDEC_DRAFT_MODEL."""
-    fallback: str = "ngram"
+    fallback: Fallback = "ngram"
     """The draft-free fallback (VLLM_SPECDEC_FALLBACK): one of FALLBACKS, "ngram" (KAITO's)."""
     schedule: bool = True
     """Whether the plugin's own choice gets a load-aware schedule (VLLM_SPECDEC_SCHEDULE)."""
@@ -122,7 +126,7 @@ class Decision:
     """The speculative-decoding setup the engine runs with, and why."""
 
     enabled: bool
-    source: str
+    source: Source
     method: str | None = None
     speculative_config: dict[str, Any] | None = None
     model_impl: str | None = None

@@ -14,7 +14,7 @@ from typing import Any
 
 from vllm_specdec_plugin import rbln
 from vllm_specdec_plugin.capabilities import capabilities_for
-from vllm_specdec_plugin.decision import Decision, EngineRequest, PlatformCapabilities
+from vllm_specdec_plugin.decision import SOURCE_OFF, Decision, EngineRequest, PlatformCapabilities
 from vllm_specdec_plugin.errors import SpecDecodeConfigError, quote_value
 from vllm_specdec_plugin.inputs import Annotation, parse_speculative_config
 from vllm_specdec_plugin.resolve import resolve
@@ -112,7 +112,7 @@ def decide_for_args(args: Any, environ: Mapping[str, str], platform: str,
     try:
         request = engine_request(args, environ)
     except SpecDecodeConfigError as exc:
-        return Decision(False, "off", platform=platform, errors=(exc.message,))
+        return Decision(False, SOURCE_OFF, platform=platform, errors=(exc.message,))
     return resolve(environ, request, platform, annotation=annotation,
                    caps=platform_capabilities(platform, args, device_name),
                    overrides=overrides)

@@ -16,11 +16,10 @@ from vllm_specdec_plugin.decision import Decision, EngineRequest
 from vllm_specdec_plugin.errors import SpecDecodeConfigError
 from vllm_specdec_plugin.gather import SPEC_FLAGS, engine_request, platform_capabilities
 from vllm_specdec_plugin.resolve import is_opted_in, read_opt_in, resolve
+from vllm_specdec_plugin.settings import ENV_ON_ERROR, ON_ERROR_CHOICES, setting_value
 
 logger = init_logger("vllm.specdec_plugin")
 
-ENV_ON_ERROR = "VLLM_SPECDEC_ON_ERROR"
-ON_ERROR_CHOICES = ("fail", "serve-without")
 _APPLIED = "_specdec_plugin_decision"
 _SERVED_WITHOUT = "_specdec_plugin_served_without"
 PER_REQUEST_METRICS = "per_request_spec_decode_metrics"
@@ -143,7 +142,7 @@ def export_decision(args: Any, vllm_config: Any) -> None:
 
 
 def _plugin_failed(exc: Exception) -> None:
-    policy = os.environ.get(ENV_ON_ERROR, "fail")
+    policy = setting_value(os.environ, ENV_ON_ERROR)
     cause = f"{type(exc).__name__}: {exc}"
     if policy == "serve-without":
         logger.warning(

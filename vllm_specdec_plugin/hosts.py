@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from vllm_specdec_plugin import rbln
 from vllm_specdec_plugin.errors import SpecDecodeConfigError, quote_value
 
 PLATFORMS = ("rbln", "cuda", "cpu")
@@ -83,11 +84,11 @@ def detect_rbln(root: Path, environ: Mapping[str, str], path_env: str | None) ->
             names = RBLN_NAME.findall(output)
             evidence.append(f"{tool} on PATH ({len(names)} NPUs listed)")
             break
-    if environ.get("RBLN_FORCE_NPU_NAME"):
-        names = names or [environ["RBLN_FORCE_NPU_NAME"]]
-        evidence.append("RBLN_FORCE_NPU_NAME")
-    visible_env = next((n for n in ("RBLN_VISIBLE_DEVICES", "RBLN_DEVICES") if environ.get(n)),
-                       None)
+    if environ.get(rbln.FORCE_NPU_NAME_ENV):
+        names = names or [environ[rbln.FORCE_NPU_NAME_ENV]]
+        evidence.append(rbln.FORCE_NPU_NAME_ENV)
+    visible_env = next((n for n in (rbln.DEVICES_ENV, rbln.LEGACY_DEVICES_ENV)
+                        if environ.get(n)), None)
     if visible_env:
         evidence.append(visible_env)
     if not evidence:

@@ -15,15 +15,16 @@ from typing import Any
 import yaml
 
 from vllm_specdec_plugin.errors import SpecDecodeConfigError, quote_value
+from vllm_specdec_plugin.settings import (  # noqa: F401 - the names other modules import here
+    ENV_ANNOTATION,
+    ENV_ANNOTATIONS_FILE,
+    ENV_INFERENCE_CONFIG,
+    ENV_PRESET_NAME,
+    ENV_RUNTIME,
+)
 
 ANNOTATION_KEY = "kaito.sh/enable-speculative-decoding"
 RUNTIME_KEY = "kaito.sh/runtime"
-
-ENV_ANNOTATION = "KAITO_ENABLE_SPECULATIVE_DECODING"
-ENV_RUNTIME = "KAITO_RUNTIME"
-ENV_ANNOTATIONS_FILE = "KAITO_ANNOTATIONS_FILE"
-ENV_PRESET_NAME = "KAITO_PRESET_NAME"
-ENV_INFERENCE_CONFIG = "KAITO_INFERENCE_CONFIG"
 
 DEFAULT_ANNOTATIONS_FILE = "/etc/podinfo/annotations"
 DEFAULT_INFERENCE_CONFIG = "/mnt/config/inference_config.yaml"
@@ -31,6 +32,8 @@ DEFAULT_INFERENCE_CONFIG = "/mnt/config/inference_config.yaml"
 # Kubernetes caps all annotations of an object at 256 KiB; a ConfigMap at 1 MiB.
 MAX_ANNOTATIONS_BYTES = 256 * 1024
 MAX_CONFIG_BYTES = 1024 * 1024
+# The user's presets file: a table of presets, at most a ConfigMap's size like the config.
+MAX_PRESETS_BYTES = 1024 * 1024
 
 SPECULATIVE_CONFIG_KEYS = ("speculative-config", "speculative_config")
 

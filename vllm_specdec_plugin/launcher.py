@@ -18,15 +18,14 @@ from typing import Any
 
 from vllm_specdec_plugin import rbln
 from vllm_specdec_plugin.capabilities import installed_vllm_build
-from vllm_specdec_plugin.errors import SpecDecodeConfigError, quote_value
+from vllm_specdec_plugin.errors import EXIT_INVALID, SpecDecodeConfigError, quote_value
 from vllm_specdec_plugin.gather import decide_for_args, given_flags, parse_vllm_serve
 from vllm_specdec_plugin.hosts import PLATFORMS, Host, available_memory, detect_host
-from vllm_specdec_plugin.inputs import ENV_INFERENCE_CONFIG, load_inference_config
+from vllm_specdec_plugin.inputs import load_inference_config
 from vllm_specdec_plugin.redact import redact_argv, redact_env
 from vllm_specdec_plugin.resolve import is_opted_in, read_opt_in
+from vllm_specdec_plugin.settings import ENV_INFERENCE_CONFIG, ENV_MODEL
 
-ENV_MODEL = "KAITO_MODEL"
-EXIT_INVALID = 2
 # CPU: the KV cache takes this share of available memory (vLLM would reserve 92% of RAM).
 CPU_KV_CACHE_SHARE = 0.25
 CPU_KV_CACHE_MIN = 512 << 20

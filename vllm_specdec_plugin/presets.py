@@ -5,13 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
 from vllm_specdec_plugin.errors import SpecDecodeConfigError, quote_value
-from vllm_specdec_plugin.inputs import load_yaml
-
-ENV_PRESETS_FILE = "VLLM_SPECDEC_PRESETS_FILE"
+from vllm_specdec_plugin.inputs import MAX_PRESETS_BYTES, load_yaml, read_input_file
+from vllm_specdec_plugin.settings import ENV_PRESETS_FILE
 
 
 @dataclass(frozen=True)
@@ -101,15 +99,9 @@ def builtin_preset_table() -> PresetTable:
 def load_preset_table(environ: Mapping[str, str]) -> PresetTable:
     """The built-in table, with the user's file (if any) in front of it."""
     table = builtin_preset_table()
-    path = environ.get(ENV_PRESETS_FILE)
-    if not path:
+    if not environ.get(ENV_PRESETS_FILE):
         return table
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecDecodeConfigError(
-            f"{ENV_PRESETS_FILE}={quote_value(path)} cannot be read ({exc}); point it at a "
-            "presets YAML file or unset it"
-        ) from None
-    user = parse_preset_table(text, path)
+    text, path = read_input_file(environ, ENV_PRESETS_FILE, "", MAX_PRESETS_BYTES,
+                                 "a presets YAML file")
+    user = parse_preset_table(text or "", path)
     return PresetTable(user.presets + table.presets)

@@ -19,6 +19,8 @@ ATOM_PREFIX = "RBLN-CA"
 LEGACY_MODEL_ENV = "VLLM_RBLN_USE_VLLM_MODEL"
 LEGACY_DEVICES_ENV = "RBLN_DEVICES"
 DEVICES_ENV = "RBLN_VISIBLE_DEVICES"
+# Names the NPU on hosts that only compile (no device visible).
+FORCE_NPU_NAME_ENV = "RBLN_FORCE_NPU_NAME"
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
 

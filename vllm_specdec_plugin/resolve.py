@@ -15,6 +15,7 @@ from typing import Any
 from vllm_specdec_plugin.capabilities import capabilities_for, pipeline_refusals
 from vllm_specdec_plugin.checkpoint import CheckpointInfo, inspect_checkpoint, inspect_draft
 from vllm_specdec_plugin.decision import (
+    SOURCE_OFF,
     Decision,
     EngineRequest,
     KaitoRequest,
@@ -24,28 +25,22 @@ from vllm_specdec_plugin.decision import (
 from vllm_specdec_plugin.errors import SpecDecodeConfigError, quote_value
 from vllm_specdec_plugin.inputs import (
     ANNOTATION_KEY,
-    ENV_ANNOTATION,
-    ENV_PRESET_NAME,
-    ENV_RUNTIME,
     RUNTIME_KEY,
     Annotation,
     load_inference_config,
     read_annotation,
 )
 from vllm_specdec_plugin.presets import PresetTable, load_preset_table
-
-ENV_DRAFT_MODEL = "VLLM_SPECDEC_DRAFT_MODEL"
-ENV_FALLBACK = "VLLM_SPECDEC_FALLBACK"
-ENV_SCHEDULE = "VLLM_SPECDEC_SCHEDULE"
-
-
-def _read_schedule(environ: Mapping[str, str]) -> bool:
-    value = environ.get(ENV_SCHEDULE, "on")
-    if value not in ("on", "off"):
-        raise SpecDecodeConfigError(
-            f"{ENV_SCHEDULE}={quote_value(value)}; use \"on\" (the load-aware schedule, "
-            "default) or \"off\" (KAITO's static config)")
-    return value == "on"
+from vllm_specdec_plugin.settings import (
+    ENV_ANNOTATION,
+    ENV_DRAFT_MODEL,
+    ENV_FALLBACK,
+    ENV_PRESET_NAME,
+    ENV_RUNTIME,
+    ENV_SCHEDULE,
+    check_settings,
+    setting_value,
+)
 
 
 def read_opt_in(environ: Mapping[str, str]) -> Annotation:
@@ -80,6 +75,8 @@ def resolve(
         caps = caps or capabilities_for(platform)
         if not is_opted_in(annotation):
             return decide(KaitoRequest(annotation), engine, caps, PresetTable())
+        if annotation.value == "true":  # a bad annotation gets its own error first (decide)
+            check_settings(environ)
         if engine.checkpoint is None:
             engine = replace(engine, checkpoint=inspect_checkpoint(engine.model))
         if engine.pipeline_parallel_size > 1 and engine.checkpoint is not None:
@@ -90,7 +87,7 @@ def resolve(
             kaito = replace(kaito, **overrides)
         return _check_draft_path(decide(kaito, engine, caps, load_preset_table(environ)))
     except SpecDecodeConfigError as exc:
-        return Decision(False, "off", platform=platform, errors=(exc.message,))
+        return Decision(False, SOURCE_OFF, platform=platform, errors=(exc.message,))
 
 
 def _check_draft_path(decision: Decision) -> Decision:
@@ -112,8 +109,8 @@ def read_kaito_request(environ: Mapping[str, str], annotation: Annotation,
     draft_path = environ.get(ENV_DRAFT_MODEL)
     return KaitoRequest(
         draft=inspect_draft(draft_path, target) if draft_path else None,
-        fallback=environ.get(ENV_FALLBACK) or "ngram",
-        schedule=_read_schedule(environ),
+        fallback=setting_value(environ, ENV_FALLBACK),
+        schedule=setting_value(environ, ENV_SCHEDULE) == "on",
         annotation=annotation,
         runtime=read_annotation(environ, RUNTIME_KEY, ENV_RUNTIME),
         preset=environ.get(ENV_PRESET_NAME) or None,
