@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,9 @@ sys.path.insert(0, str(TESTS))
 from checkpoints import NGRAM_PROMPTS, build_tiny_llama  # noqa: E402
 
 from vllm_specdec_plugin import settings  # noqa: E402
+from vllm_specdec_plugin.capabilities import capabilities_for  # noqa: E402
+from vllm_specdec_plugin.decision import PlatformCapabilities  # noqa: E402
+from vllm_specdec_plugin.rbln import RBLN_METHODS  # noqa: E402
 
 ENGINE_TIMEOUT_S = 420
 # Env that could leak an opt-in or inputs from the developer's shell into a test.
@@ -44,6 +48,20 @@ def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def prompts() -> list[str]:
     return list(NGRAM_PROMPTS)
+
+
+def release_caps(platform: str, version: str, methods: set[str], async_methods: set[str],
+                 **fields: Any) -> PlatformCapabilities:
+    """`platform`'s capabilities as computed for the installed vLLM, with another release's
+    method sets put in by `dataclasses.replace` (vllm-rbln's list and synchronous scheduling on
+    RBLN); the schedule and Model Runner V2 fields are off unless given."""
+    caps = capabilities_for(platform)
+    rbln = platform == "rbln"
+    return replace(caps, vllm_version=version,
+                   methods=frozenset(methods) & RBLN_METHODS if rbln else frozenset(methods),
+                   async_methods=frozenset() if rbln else frozenset(async_methods),
+                   batch_schedule=False, v2_methods=frozenset(), static_schedule={},
+                   **fields)
 
 
 def patch_probe(case: str) -> dict:

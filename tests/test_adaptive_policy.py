@@ -183,12 +183,13 @@ def run(kaito, caps, **engine):
 
 
 def test_adaptive_fallback_is_selected_by_name_and_only_then():
+    from conftest import release_caps
+
     from vllm_specdec_plugin.adaptive import CLASS_PATH, AdaptiveProposer
-    from vllm_specdec_plugin.capabilities import capabilities_for
     from vllm_specdec_plugin.decision import ADAPTIVE_FALLBACK, FALLBACKS, NGRAM_FALLBACK
 
-    caps = capabilities_for("cpu", vllm_info=VLLM_032)
-    rbln = capabilities_for("rbln", vllm_info=VLLM_032)  # vllm-rbln's list has no custom_class
+    caps = release_caps("cpu", *VLLM_032)
+    rbln = release_caps("rbln", *VLLM_032)  # vllm-rbln's list has no custom_class
     decision = run(opted_in(fallback="adaptive"), caps)
     assert decision.enabled and decision.source == "adaptive-fallback"
     assert decision.speculative_config == dict(ADAPTIVE_FALLBACK)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-import pytest
+from dataclasses import replace
 
-from vllm_specdec_plugin.capabilities import capabilities_for
+import pytest
+from conftest import release_caps
+
 from vllm_specdec_plugin.decision import (
     NGRAM_FALLBACK,
     SOURCE_FALLBACK,
@@ -23,9 +25,9 @@ VLLM_032 = ("0.32.0", {"ngram", "suffix", "eagle", "eagle3", "medusa", "mtp", "d
                        "ngram_gpu", "deepseek_mtp"},
             {"eagle", "eagle3", "mtp", "draft_model", "ngram_gpu", "deepseek_mtp"})
 VLLM_033 = ("0.33.0", VLLM_032[1] - {"medusa", "mlp_speculator"}, VLLM_032[2])
-CPU = capabilities_for("cpu", vllm_info=VLLM_032)
-CUDA_033 = capabilities_for("cuda", vllm_info=VLLM_033)
-RBLN = capabilities_for("rbln", vllm_info=VLLM_032)
+CPU = release_caps("cpu", *VLLM_032)
+CUDA_033 = release_caps("cuda", *VLLM_033)
+RBLN = release_caps("rbln", *VLLM_032)
 PRESETS = builtin_preset_table()
 
 
@@ -103,7 +105,7 @@ def test_user_engine_config_is_untouched():
 
 def test_user_file_config_is_used_unchanged():
     user = {"method": "suffix"}
-    caps = capabilities_for("cpu", vllm_info=VLLM_032)
+    caps = release_caps("cpu", *VLLM_032)
     if not caps.suffix_available:
         pytest.skip("arctic_inference not installed")
     decision = run(kaito=opted_in(config_speculative_config=user), caps=caps)
@@ -141,8 +143,7 @@ def test_medusa_refused_by_name_on_vllm_033():
 
 
 def test_suffix_needs_arctic_inference():
-    caps = capabilities_for("cpu", vllm_info=VLLM_032)
-    caps = type(caps)(**{**caps.__dict__, "suffix_available": False})
+    caps = release_caps("cpu", *VLLM_032, suffix_available=False)
     decision = run(caps=caps, speculative_config={"method": "suffix"})
     assert "arctic-inference" in decision.errors[0]
 
@@ -243,12 +244,12 @@ def test_draft_checks(tmp_path):
 
 
 # --- the load-aware schedule -----------------------------------------------------------------
-SCHED = type(CPU)(**{**CPU.__dict__, "batch_schedule": True})
-CUDA_V2 = type(CUDA_033)(**{**CUDA_033.__dict__, "batch_schedule": True,
-                            "v2_methods": frozenset({"ngram", "mtp", "eagle", "eagle3"}),
-                            "static_schedule": {"mtp": "MTP ... (upstream vLLM issue #48494)"}})
-CUDA_V1 = type(CUDA_033)(**{**CUDA_033.__dict__, "batch_schedule": True, "static_schedule": {
-    m: "V1 downgrades FULL_AND_PIECEWISE to PIECEWISE" for m in ("ngram", "mtp", "eagle")}})
+SCHED = replace(CPU, batch_schedule=True)
+CUDA_V2 = replace(CUDA_033, batch_schedule=True,
+                  v2_methods=frozenset({"ngram", "mtp", "eagle", "eagle3"}),
+                  static_schedule={"mtp": "MTP ... (upstream vLLM issue #48494)"})
+CUDA_V1 = replace(CUDA_033, batch_schedule=True, static_schedule={
+    m: "V1 downgrades FULL_AND_PIECEWISE to PIECEWISE" for m in ("ngram", "mtp", "eagle")})
 
 
 def test_plugin_choice_carries_a_load_aware_schedule():
@@ -308,7 +309,7 @@ def test_prefill_only_instance_gets_no_speculation():
 def test_pipeline_parallelism_warns_and_refuses_by_name():
     decision = run(pipeline_parallel_size=2)
     assert decision.enabled and any("#2303" in w for w in decision.warnings)
-    refusing = type(CPU)(**{**CPU.__dict__, "pipeline_refusals": {"ngram": "no way"}})
+    refusing = replace(CPU, pipeline_refusals={"ngram": "no way"})
     decision = run(caps=refusing, pipeline_parallel_size=2)
     assert not decision.enabled
     assert "method 'ngram' cannot run with pipeline parallelism" in decision.errors[0]

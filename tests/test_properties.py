@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import release_caps
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vllm_specdec_plugin.capabilities import capabilities_for
 from vllm_specdec_plugin.decision import EngineRequest, KaitoRequest, decide
 from vllm_specdec_plugin.errors import SpecDecodeConfigError
 from vllm_specdec_plugin.inputs import (
@@ -22,7 +22,7 @@ from vllm_specdec_plugin.presets import builtin_preset_table
 
 VLLM = ("0.32.0", {"ngram", "suffix", "eagle", "eagle3", "medusa", "mtp", "draft_model"},
         {"eagle", "eagle3", "mtp", "draft_model"})
-CAPS = [capabilities_for(p, vllm_info=VLLM) for p in ("cpu", "cuda", "rbln")]
+CAPS = [release_caps(p, *VLLM) for p in ("cpu", "cuda", "rbln")]
 PRESETS = builtin_preset_table()
 json_scalars = st.one_of(st.none(), st.booleans(), st.integers(-3, 64), st.text(max_size=12))
 spec_configs = st.dictionaries(
@@ -96,9 +96,11 @@ def test_annotations_file_unquoted_value_is_refused_with_file_and_line(value, be
 def test_inference_config_parser_never_crashes(text):
     """Any text: a config or our error naming the file (any other exception fails the test)."""
     try:
-        parse_inference_config(text, "c.yaml")
+        config = parse_inference_config(text, "c.yaml")
     except SpecDecodeConfigError as exc:
         assert "c.yaml" in exc.message
+    else:
+        assert config.path == "c.yaml" and isinstance(config.vllm, dict)
 
 
 @given(st.dictionaries(st.sampled_from(["max-model-len", "enforce-eager", "x"]), json_scalars,

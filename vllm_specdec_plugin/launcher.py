@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_specdec_plugin import rbln
-from vllm_specdec_plugin.capabilities import installed_vllm_build
+from vllm_specdec_plugin.capabilities import installed_vllm_build, installed_vllm_has_engine_arg
 from vllm_specdec_plugin.errors import EXIT_INVALID, SpecDecodeConfigError, quote_value
 from vllm_specdec_plugin.gather import decide_for_args, given_flags, parse_vllm_serve
 from vllm_specdec_plugin.hosts import PLATFORMS, Host, available_memory, detect_host
@@ -79,19 +79,11 @@ def _cpu_kv_cache_bytes(root: Path, plan: LaunchPlan) -> int:
     return size
 
 
-def _vllm_has_arg(name: str) -> bool:
-    try:
-        from vllm.engine.arg_utils import EngineArgs
-    except ImportError:
-        return False
-    return name in getattr(EngineArgs, "__dataclass_fields__", {})
-
-
 def _host_defaults(host: Host, opted_in: bool, root: Path, environ: Mapping[str, str],
                    plan: LaunchPlan) -> list[str]:
     """Per-host flags (only those the user did not give) and env changes, into `plan`."""
     defaults: list[str] = []
-    if _vllm_has_arg("shutdown_timeout"):
+    if installed_vllm_has_engine_arg("shutdown_timeout"):
         defaults += ["--shutdown-timeout", str(SHUTDOWN_TIMEOUT_S)]
     if host.platform == "cuda" and host.devices:
         defaults += ["--tensor-parallel-size", str(len(host.devices))]
