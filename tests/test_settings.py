@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -40,21 +38,24 @@ def test_good_settings_pass():
     assert check_settings(good) is None  # no error
 
 
-def explain(*args: str, env: dict) -> subprocess.CompletedProcess:
+def explain(capsys, *args: str, env: dict) -> tuple[int, dict, str]:
+    from vllm_specdec_plugin.cli import explain as run_explain
+
     base = {k: v for k, v in os.environ.items() if k not in settings.PLUGIN_ENV}
-    return subprocess.run([sys.executable, "-m", "vllm_specdec_plugin.cli", "explain", *args],
-                          capture_output=True, text=True, env={**base, **env}, check=False)
+    rc = run_explain(list(args), {**base, **env})
+    out, err = capsys.readouterr()
+    return rc, json.loads(out), err
 
 
-def test_explain_refuses_a_bad_setting_as_the_engine_does():
-    done = explain("--annotation", "true", "--model", "m", "--platform", "cpu",
-                   env={"VLLM_SPECDEC_ON_ERROR": "serve_without", "KAITO_ANNOTATIONS_FILE": ""})
-    assert done.returncode == 2
-    assert "VLLM_SPECDEC_ON_ERROR='serve_without'" in json.loads(done.stdout)["errors"][0]
-    assert "Traceback" not in done.stderr
-    done = explain("--annotation", "false", "--model", "m", "--platform", "cpu",
-                   env={"VLLM_SPECDEC_ON_ERROR": "serve_without", "KAITO_ANNOTATIONS_FILE": ""})
-    assert done.returncode == 0  # not opted in: nothing read, nothing refused
+def test_explain_refuses_a_bad_setting_as_the_engine_does(capsys):
+    bad = {"VLLM_SPECDEC_ON_ERROR": "serve_without", "KAITO_ANNOTATIONS_FILE": ""}
+    rc, decision, err = explain(capsys, "--annotation", "true", "--model", "m", "--platform",
+                                "cpu", env=bad)
+    assert rc == 2 and "VLLM_SPECDEC_ON_ERROR='serve_without'" in decision["errors"][0]
+    assert "VLLM_SPECDEC_ON_ERROR='serve_without'" in err and "Traceback" not in err
+    rc, decision, _ = explain(capsys, "--annotation", "false", "--model", "m", "--platform",
+                              "cpu", env=bad)
+    assert rc == 0 and not decision["errors"]  # not opted in: nothing read, nothing refused
 
 
 def test_engine_hook_refuses_a_bad_setting(monkeypatch, tiny_llama):

@@ -72,6 +72,7 @@ class _Applied:
 
 
 _applied: dict[str, _Applied] = {}
+_pending: list[tuple[int, str, tuple[Any, ...]]] = []
 _warned_untested = False
 
 
@@ -84,7 +85,7 @@ def apply_patch(patch: Patch, replacement: Any, *, announce: bool = True) -> boo
     other = foreign_patcher(patch.owner, patch.attribute, original)
     if other is not None:
         expected = other.startswith(_EXPECTED_PATCHERS)
-        logger.log(
+        _log(
             (logging.INFO if expected else logging.WARNING) if announce else logging.DEBUG,
             "vllm-specdec-plugin: %s was already replaced by %s before the plugin patched it "
             "[%s]; the plugin's patch runs on top of that replacement", patch.target, other,
@@ -92,7 +93,7 @@ def apply_patch(patch: Patch, replacement: Any, *, announce: bool = True) -> boo
     setattr(patch.owner, patch.attribute, replacement)
     setattr(patch.owner, _MARK, {**marks, patch.attribute: patch.name})
     _applied[patch.name] = _Applied(patch, original, replacement)
-    logger.log(_level(announce), "vllm-specdec-plugin patched %s [%s] (tested on vLLM %s): %s",
+    _log(_level(announce), "vllm-specdec-plugin patched %s [%s] (tested on vLLM %s): %s",
                patch.target, patch.name, ", ".join(patch.tested_on), patch.reason)
     return True
 
@@ -152,6 +153,23 @@ def _module_of(path: str) -> str | None:
     return None
 
 
+def _log(level: int, message: str, *args: Any) -> None:
+    """Log now; or, where nothing is configured to print it yet (vLLM >= 0.32 configures its
+    logging lazily, in create_engine_config), keep it until the engine hook calls `flush_log`."""
+    if logger.hasHandlers():
+        flush_log()
+        logger.log(level, message, *args)
+    else:
+        _pending.append((level, message, args))
+
+
+def flush_log() -> None:
+    """Print the lines kept back before vLLM configured its logging in this process."""
+    while _pending:
+        level, message, args = _pending.pop(0)
+        logger.log(level, message, *args)
+
+
 def _level(announce: bool) -> int:
     return logging.INFO if announce else logging.DEBUG
 
@@ -182,7 +200,8 @@ def warn_if_untested_vllm() -> None:
     if _warned_untested or not untested_vllm(version):
         return
     _warned_untested = True
-    logger.warning(
+    _log(
+        logging.WARNING,
         "vllm-specdec-plugin: vLLM %s is outside the versions its vLLM patches were tested on "
         "(%s); each bug fix still probes this vLLM and applies only where the bug shows",
         version, _tested_range())
@@ -209,6 +228,7 @@ def install_engine_hook(decide_and_apply: Callable[[Any], Any], *, announce: boo
     @functools.wraps(original)
     def create_engine_config(self: Any, *args: Any, **kwargs: Any) -> Any:
         _configure_vllm_logging(self)
+        flush_log()
         decide_and_apply(self)
         config = original(self, *args, **kwargs)
         if configured is not None:
@@ -254,7 +274,7 @@ def _let_rbln_wrap_first(announce: bool) -> None:
 
         RblnPlatform._capture_model_impl()
     except Exception as exc:  # reported, and the hook still installs
-        logger.log(
+        _log(
             logging.WARNING if announce else logging.DEBUG,
             "vllm-specdec-plugin could not install vllm-rbln's model-path wrapper before its "
             "own (%s: %s); if vllm-rbln wraps create_engine_config later, it runs before the "
@@ -277,7 +297,7 @@ def apply_fixes(*, announce: bool = True) -> list[str]:
         except ImportError as exc:  # a vLLM without the code in question: nothing to fix
             logger.debug("vllm-specdec-plugin: %s not checked: %s", name, exc)
         except Exception as exc:  # a probe that fails must not stop the engine
-            logger.log(logging.WARNING if announce else logging.DEBUG,
+            _log(logging.WARNING if announce else logging.DEBUG,
                        "vllm-specdec-plugin: could not check this vLLM for the %s bug (%s: %s); "
                        "not fixed", name, type(exc).__name__, exc)
     return applied_fixes()
@@ -420,11 +440,12 @@ def _prove_expand(announce: bool) -> None:
 def _prove(name: str, still_broken: Callable[[], bool], call_site: str, announce: bool) -> None:
     if still_broken():
         restore(name)
-        logger.warning("vllm-specdec-plugin: the %s fix did not reach %s, which vLLM calls; the "
+        _log(logging.WARNING,
+             "vllm-specdec-plugin: the %s fix did not reach %s, which vLLM calls; the "
                        "fix is undone and the bug remains (speculative decoding with sampling "
                        "requests may fail)", name, call_site)
         return
-    logger.log(_level(announce), "vllm-specdec-plugin: %s fixed, checked through %s", name,
+    _log(_level(announce), "vllm-specdec-plugin: %s fixed, checked through %s", name,
                call_site)
 
 
