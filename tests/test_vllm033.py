@@ -95,6 +95,7 @@ def probe(platform: str, cases: list[dict], tmp: Path) -> dict[str, dict]:
             result = json.loads(line[6:])
             results[result["name"]] = result
     assert len(results) == len(cases), f"{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
+    results["log"] = done.stdout + done.stderr
     return results
 
 
@@ -120,6 +121,12 @@ def test_cpu_platform_ngram_fallback_keeps_its_schedule(cpu):
     assert result["platform"] == "CpuPlatform"
     assert resolved(result)[:5] == ("ngram", 5, SCHEDULE_NGRAM, False, "V1")
     assert result["decision"]["source"] == "ngram-fallback"
+
+
+def test_vllm033_is_inside_the_tested_range_of_the_patches(cuda):
+    log = cuda["log"]
+    assert "outside the versions" not in log
+    assert "[engine-config-hook] (tested on vLLM 0.30, 0.32, 0.33)" in log
 
 
 def test_cuda_v2_ngram_fallback_keeps_schedule_and_full_graphs(cuda):

@@ -138,7 +138,8 @@ def test_a_fix_that_does_not_reach_vllm_is_undone_and_reported(packages, log):
 
 
 @pytest.mark.parametrize(("version", "outside"), [
-    ("0.30.0+cpu", False), ("0.32.0", False), ("0.29.9", True), ("0.33.1", True),
+    ("0.30.0+cpu", False), ("0.32.0", False), ("0.29.9", True), ("0.33.1", False),
+    ("0.34.0", True),
     ("1.0.0", True), (None, True)])
 def test_tested_vllm_range(version, outside):
     assert vllm_patches.untested_vllm(version) is outside
@@ -152,4 +153,4 @@ def test_untested_vllm_warns_once(monkeypatch, log):
     vllm_patches.warn_if_untested_vllm()
     vllm_patches.warn_if_untested_vllm()
     (warning,) = log.at(logging.WARNING)
-    assert "vLLM 0.99.0 is outside the versions" in warning and "0.30-0.32" in warning
+    assert "vLLM 0.99.0 is outside the versions" in warning and "0.30-0.33" in warning

