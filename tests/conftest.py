@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -166,3 +167,29 @@ def metric(text: str, name: str) -> float:
         if line.startswith(name + "{") or line.startswith(name + " "):
             total += float(line.rsplit(" ", 1)[1])
     return total
+
+
+class PluginLog(logging.Handler):
+    """Collects the plugin logger's records directly (vLLM's loggers do not propagate)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def at(self, level: int) -> list[str]:
+        return [r.getMessage() for r in self.records if r.levelno == level]
+
+
+@pytest.fixture
+def plugin_log():
+    """Every record of the `vllm.specdec_plugin` logger during the test, DEBUG and up."""
+    handler, logger = PluginLog(), logging.getLogger("vllm.specdec_plugin")
+    old_level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    yield handler
+    logger.removeHandler(handler)
+    logger.setLevel(old_level)

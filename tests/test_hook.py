@@ -14,28 +14,6 @@ FIELDS = ("speculative_config", "model_impl", "async_scheduling", "spec_method",
           "per_request_spec_decode_metrics")
 
 
-class Records(logging.Handler):
-    """Collects the plugin logger's records directly (vLLM's loggers do not propagate)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
-@pytest.fixture
-def plugin_log():
-    handler, logger = Records(), logging.getLogger("vllm.specdec_plugin")
-    old_level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.DEBUG)
-    yield handler.records
-    logger.removeHandler(handler)
-    logger.setLevel(old_level)
-
-
 def snapshot(args: EngineArgs) -> dict:
     return {name: getattr(args, name, None) for name in FIELDS}
 
@@ -58,7 +36,7 @@ def test_not_opted_in_nothing_read_nothing_changed(env, tiny_llama, tmp_path, pl
     before = snapshot(args)
     assert apply_to_engine_args(args) is None
     assert snapshot(args) == before
-    assert plugin_log and all(r.levelno == logging.DEBUG for r in plugin_log)
+    assert plugin_log.records and all(r.levelno == logging.DEBUG for r in plugin_log.records)
 
 
 def test_opted_in_applies_once(env, tiny_llama):
@@ -111,7 +89,7 @@ def test_plugin_failure_serve_without(env, tiny_llama, plugin_log):
     assert args.speculative_config == 42 and args.model_impl == "auto"
     assert args.per_request_spec_decode_metrics == "none"  # vLLM refuses it without speculation
     assert any(r.levelno == logging.WARNING and "WITHOUT speculative decoding" in r.getMessage()
-               for r in plugin_log)
+               for r in plugin_log.records)
 
 
 def test_spec_flag_and_same_key_in_speculative_config_refused(env, tiny_llama):
@@ -130,4 +108,4 @@ def test_prefill_only_instance_changes_nothing(env, tiny_llama, plugin_log):
     decision = apply_to_engine_args(args)
     assert decision.source == "prefill-only" and snapshot(args) == before
     assert any(r.levelno == logging.INFO and "prefill-only" in r.getMessage()
-               for r in plugin_log)
+               for r in plugin_log.records)

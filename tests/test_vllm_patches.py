@@ -53,29 +53,6 @@ def test_fixed_expand_matches_the_kernel_contract():
 # --- the mechanism, on small packages built for the test ---------------------------------------
 
 
-class Records(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-    def at(self, level: int) -> list[str]:
-        return [r.getMessage() for r in self.records if r.levelno == level]
-
-
-@pytest.fixture
-def log():
-    handler, logger = Records(), logging.getLogger("vllm.specdec_plugin")
-    old = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.DEBUG)
-    yield handler
-    logger.removeHandler(handler)
-    logger.setLevel(old)
-
-
 @pytest.fixture
 def packages(tmp_path, monkeypatch):
     """`target_pkg.f` (the code being patched) and `other_patcher.g` (another plugin's code)."""
@@ -96,7 +73,7 @@ def ours() -> str:
     return "plugin"
 
 
-def test_applied_once_original_kept_and_restored(packages, log):
+def test_applied_once_original_kept_and_restored(packages, plugin_log):
     target, _ = packages
     original = target.f
     patch = Patch("t-one", target, "f", "a reason")
@@ -104,36 +81,36 @@ def test_applied_once_original_kept_and_restored(packages, log):
     assert apply_patch(patch, ours) is False
     assert apply_patch(Patch("t-two", target, "f", "again"), ours) is False  # same target
     assert target.f() == "plugin"
-    (line,) = log.at(logging.INFO)
+    (line,) = plugin_log.at(logging.INFO)
     assert "target_pkg.f [t-one] (tested on vLLM 0.32): a reason" in line
     restore("t-one")
     assert target.f is original
 
 
-def test_another_patcher_on_the_target_is_reported(packages, log):
+def test_another_patcher_on_the_target_is_reported(packages, plugin_log):
     target, other = packages
     target.f = other.g  # another plugin replaced it first
     apply_patch(Patch("t-one", target, "f", "r"), ours)
-    (warning,) = log.at(logging.WARNING)
+    (warning,) = plugin_log.at(logging.WARNING)
     assert "target_pkg.f was already replaced by other_patcher" in warning
     target.f = other.g  # ... or replaces the plugin's patch afterwards
     assert vllm_patches.replaced_after_us() == ["target_pkg.f [t-one] by other_patcher"]
 
 
-def test_not_opted_in_logs_only_debug(packages, log):
+def test_not_opted_in_logs_only_debug(packages, plugin_log):
     target, other = packages
     target.f = other.g
     apply_patch(Patch("t-one", target, "f", "r"), ours, announce=False)
-    assert log.records and all(r.levelno == logging.DEBUG for r in log.records)
+    assert plugin_log.records and all(r.levelno == logging.DEBUG for r in plugin_log.records)
 
 
-def test_a_fix_that_does_not_reach_vllm_is_undone_and_reported(packages, log):
+def test_a_fix_that_does_not_reach_vllm_is_undone_and_reported(packages, plugin_log):
     target, _ = packages
     original = target.f
     apply_patch(Patch("t-one", target, "f", "r"), ours)
     vllm_patches._prove("t-one", lambda: True, "target_pkg.caller", announce=True)
     assert target.f is original
-    (warning,) = log.at(logging.WARNING)
+    (warning,) = plugin_log.at(logging.WARNING)
     assert "t-one fix did not reach target_pkg.caller" in warning
 
 
@@ -145,12 +122,12 @@ def test_tested_vllm_range(version, outside):
     assert vllm_patches.untested_vllm(version) is outside
 
 
-def test_untested_vllm_warns_once(monkeypatch, log):
+def test_untested_vllm_warns_once(monkeypatch, plugin_log):
     import vllm
 
     monkeypatch.setattr(vllm, "__version__", "0.99.0")
     monkeypatch.setattr(vllm_patches, "_warned_untested", False)
     vllm_patches.warn_if_untested_vllm()
     vllm_patches.warn_if_untested_vllm()
-    (warning,) = log.at(logging.WARNING)
+    (warning,) = plugin_log.at(logging.WARNING)
     assert "vLLM 0.99.0 is outside the versions" in warning and "0.30-0.33" in warning
