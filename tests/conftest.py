@@ -193,3 +193,14 @@ def plugin_log():
     yield handler
     logger.removeHandler(handler)
     logger.setLevel(old_level)
+
+
+def sibling_venv_python(env_var: str, name: str) -> Path:
+    """The python of a test venv beside .venv (`.venv-rbln`, `.venv-vllm033`), or of `$env_var`."""
+    return Path(os.environ.get(env_var, TESTS.parent / name)) / "bin" / "python"
+
+
+def needs_venv(python: Path, setup_script: str) -> pytest.MarkDecorator:
+    """Skip outside CI when that venv was not built; CI always builds it, so there it fails."""
+    return pytest.mark.skipif(not python.exists() and not os.environ.get("CI"),
+                              reason=f"no {python}: run {setup_script} (CI always does)")

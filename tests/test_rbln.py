@@ -7,12 +7,11 @@ vllm-rbln platform, config hooks and model runner; only the proprietary compiler
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import TESTS, clean_env
+from conftest import TESTS, clean_env, needs_venv, sibling_venv_python
 
 from vllm_specdec_plugin.capabilities import capabilities_for
 from vllm_specdec_plugin.decision import EngineRequest, KaitoRequest, decide
@@ -20,12 +19,8 @@ from vllm_specdec_plugin.inputs import Annotation
 from vllm_specdec_plugin.presets import builtin_preset_table
 from vllm_specdec_plugin.rbln import RBLN_MAX_SPECULATIVE_TOKENS
 
-RBLN_PYTHON = Path(os.environ.get("RBLN_VENV", TESTS.parent / ".venv-rbln")) / "bin" / "python"
-pytestmark = [
-    pytest.mark.engine,
-    pytest.mark.skipif(not RBLN_PYTHON.exists() and not os.environ.get("CI"),
-                       reason="no .venv-rbln: run .ci/setup-rbln-env.sh (CI always does)"),
-]
+RBLN_PYTHON = sibling_venv_python("RBLN_VENV", ".venv-rbln")
+pytestmark = [pytest.mark.engine, needs_venv(RBLN_PYTHON, ".ci/setup-rbln-env.sh")]
 OPT_IN = {"KAITO_ENABLE_SPECULATIVE_DECODING": "true"}
 CR = {"RBLN_FORCE_NPU_NAME": "RBLN-CR03"}
 ATOM = {"RBLN_FORCE_NPU_NAME": "RBLN-CA25"}

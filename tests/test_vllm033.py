@@ -10,21 +10,15 @@ runner (V1/V2) and cudagraph_mode. All cases of a platform share one process.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
 from checkpoints import build_eagle3_draft, build_eagle_draft, build_mtp_target
-from conftest import TESTS, clean_env
+from conftest import TESTS, clean_env, needs_venv, sibling_venv_python
 
-VLLM033_PYTHON = Path(os.environ.get("VLLM033_VENV", TESTS.parent / ".venv-vllm033")) / "bin" / (
-    "python")
-pytestmark = [
-    pytest.mark.engine,
-    pytest.mark.skipif(not VLLM033_PYTHON.exists() and not os.environ.get("CI"),
-                       reason="no .venv-vllm033: run .ci/setup-vllm033-env.sh (CI always does)"),
-]
+VLLM033_PYTHON = sibling_venv_python("VLLM033_VENV", ".venv-vllm033")
+pytestmark = [pytest.mark.engine, needs_venv(VLLM033_PYTHON, ".ci/setup-vllm033-env.sh")]
 OPT_IN = {"KAITO_ENABLE_SPECULATIVE_DECODING": "true"}
 V1 = {"VLLM_USE_V2_MODEL_RUNNER": "0"}
 NGRAM = {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4}
