@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllm_specdec_plugin.decision import NGRAM_FALLBACK
+from vllm_specdec_plugin.core.methods import NGRAM_FALLBACK
 
 BASELINE = "none"
 OPT_IN = {"KAITO_ENABLE_SPECULATIVE_DECODING": "true"}

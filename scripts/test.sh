@@ -10,4 +10,6 @@ bash .ci/setup-rbln-env.sh
 bash .ci/setup-vllm033-env.sh
 . .venv/bin/activate
 ruff check vllm_specdec_plugin tests benchmarks
+# The type checker (strict on the pure core; pyproject.toml [tool.mypy]).
+mypy
 python -m pytest -ra --durations=15 "$@"

@@ -55,22 +55,22 @@ def main() -> None:
     plugin_logger.setLevel(logging.DEBUG)
     from vllm.platforms import current_platform
 
-    from vllm_specdec_plugin import vllm_patches
+    from vllm_specdec_plugin.engine import fixes
 
     def register_kernels() -> None:  # what vLLM's worker does in init_worker
         current_platform.register_triton_kernel_overrides()
 
     shipped = None
     if case == "plugin-first":
-        vllm_patches.apply_fixes()
+        fixes.apply_fixes()
         register_kernels()
     else:
         register_kernels()
         shipped = bugs()
-        vllm_patches.apply_fixes()
-    again = vllm_patches.apply_fixes()
+        fixes.apply_fixes()
+    again = fixes.apply_fixes()
     print("PROBE " + json.dumps({"shipped": shipped, "after": bugs(),
-                                 "applied": vllm_patches.applied_fixes(), "applied_again": again,
+                                 "applied": fixes.applied_fixes(), "applied_again": again,
                                  "log": lines.lines}))
 
 

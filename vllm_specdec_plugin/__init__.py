@@ -11,14 +11,14 @@ def register() -> None:
     Kept cheap and idempotent: it wraps `EngineArgs.create_engine_config` (all reading and
     deciding happens when an engine is actually configured) and, when opted in, fixes the vLLM
     bugs speculative decoding would hit in this process. Every change to vLLM lives in
-    `vllm_patches`.
+    `engine/` (the registry: `engine/fixes.py`).
     """
-    from vllm_specdec_plugin import vllm_patches
-    from vllm_specdec_plugin.hook import install, opted_in_quietly
+    from vllm_specdec_plugin.engine import fixes, patching
+    from vllm_specdec_plugin.engine.hook import install, opted_in_quietly
 
     opted_in = opted_in_quietly()
     if opted_in:
-        vllm_patches.warn_if_untested_vllm()
+        patching.warn_if_untested_vllm()
     install(announce=opted_in)
     if opted_in:
-        vllm_patches.apply_fixes()
+        fixes.apply_fixes()

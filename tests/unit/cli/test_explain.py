@@ -1,0 +1,46 @@
+"""`vllm-specdec explain` as a command: the decision as JSON and its exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+
+def explain(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "vllm_specdec_plugin.cli", "explain", *args],
+                          capture_output=True, text=True, env={**os.environ, **(env or {})},
+                          check=False)
+
+
+def test_explain_cli_decision_and_exit_codes(tmp_path):
+    done = explain("--annotation", "true", "--model", "microsoft/Phi-4-mini-instruct",
+                   "--platform", "cpu")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert set(out) >= {"enabled", "method", "speculative_config", "model_impl",
+                        "async_scheduling", "source", "warnings", "errors"}
+    assert out["method"] == "ngram" and out["source"] == "ngram-fallback"
+
+    config = tmp_path / "inference_config.yaml"
+    config.write_text("vllm:\n  speculative-config: '{\"method\":\"ngram\","
+                      "\"num_speculative_tokens\":8,\"prompt_lookup_max\":6}'\n")
+    done = explain("--annotation", "true", "--model", "m", "--config", str(config),
+                   "--platform", "cpu")
+    assert json.loads(done.stdout)["speculative_config"]["num_speculative_tokens"] == 8
+
+    done = explain("--annotation", "yes", "--model", "m", "--platform", "cpu")
+    assert done.returncode == 2
+    assert json.loads(done.stdout)["errors"] and "'yes'" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_explain_not_opted_in_reads_no_broken_file(tmp_path):
+    broken = tmp_path / "c.yaml"
+    broken.write_text("vllm: [")
+    done = explain("--model", "m", "--platform", "cpu",
+                   env={"KAITO_INFERENCE_CONFIG": str(broken),
+                        "VLLM_SPECDEC_PRESETS_FILE": str(broken),
+                        "KAITO_ENABLE_SPECULATIVE_DECODING": "false"})
+    assert done.returncode == 0 and json.loads(done.stdout)["enabled"] is False

@@ -1,0 +1,111 @@
+"""The engine hook's isolation and failure policy, on real `EngineArgs` (no engine started)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from vllm.engine.arg_utils import EngineArgs
+
+from vllm_specdec_plugin.core.errors import SpecDecodeConfigError
+from vllm_specdec_plugin.engine.hook import apply_to_engine_args
+
+FIELDS = ("speculative_config", "model_impl", "async_scheduling", "spec_method", "spec_tokens",
+          "per_request_spec_decode_metrics")
+
+
+def snapshot(args: EngineArgs) -> dict:
+    return {name: getattr(args, name, None) for name in FIELDS}
+
+
+@pytest.fixture
+def env(monkeypatch, tmp_path):
+    for name in ("KAITO_ENABLE_SPECULATIVE_DECODING", "VLLM_SPECDEC_ON_ERROR",
+                 "KAITO_INFERENCE_CONFIG", "VLLM_SPECDEC_PRESETS_FILE", "KAITO_RUNTIME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("KAITO_ANNOTATIONS_FILE", "")
+    return monkeypatch
+
+
+def test_not_opted_in_nothing_read_nothing_changed(env, tiny_llama, tmp_path, plugin_log):
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("vllm: [")
+    env.setenv("KAITO_INFERENCE_CONFIG", str(broken))
+    env.setenv("VLLM_SPECDEC_PRESETS_FILE", str(broken))
+    args = EngineArgs(model=str(tiny_llama), model_impl="transformers")
+    before = snapshot(args)
+    assert apply_to_engine_args(args) is None
+    assert snapshot(args) == before
+    assert plugin_log.records and all(r.levelno == logging.DEBUG for r in plugin_log.records)
+
+
+def test_opted_in_applies_once(env, tiny_llama):
+    env.setenv("KAITO_ENABLE_SPECULATIVE_DECODING", "true")
+    args = EngineArgs(model=str(tiny_llama), async_scheduling=True, spec_tokens=None)
+    decision = apply_to_engine_args(args)
+    assert args.speculative_config == decision.speculative_config
+    assert args.model_impl == "vllm" and args.async_scheduling is False
+    assert args.per_request_spec_decode_metrics == "summary"  # vLLM's default was "none"
+    assert apply_to_engine_args(args) is decision  # a second create_engine_config: same
+
+
+def test_users_per_request_metrics_level_is_kept(env, tiny_llama):
+    env.setenv("KAITO_ENABLE_SPECULATIVE_DECODING", "true")
+    args = EngineArgs(model=str(tiny_llama), per_request_spec_decode_metrics="detailed")
+    apply_to_engine_args(args)
+    assert args.per_request_spec_decode_metrics == "detailed"
+
+
+def test_spec_flags_are_the_users_config(env, tiny_llama):
+    env.setenv("KAITO_ENABLE_SPECULATIVE_DECODING", "true")
+    args = EngineArgs(model=str(tiny_llama), spec_method="ngram", spec_tokens=3)
+    decision = apply_to_engine_args(args)
+    assert decision.source == "user-config (engine arguments)"
+    assert (args.speculative_config, args.spec_method, args.spec_tokens) == (None, "ngram", 3)
+
+
+def test_missing_draft_path_is_refused(env, tiny_llama):
+    env.setenv("KAITO_ENABLE_SPECULATIVE_DECODING", "true")
+    args = EngineArgs(model=str(tiny_llama), speculative_config={
+        "method": "eagle", "model": "/models/no-such-draft", "num_speculative_tokens": 3})
+    with pytest.raises(SpecDecodeConfigError, match="no-such-draft.*does not exist"):
+        apply_to_engine_args(args)
+
+
+def test_plugin_failure_stops_the_engine_by_default(env, tiny_llama):
+    env.setenv("KAITO_ENABLE_SPECULATIVE_DECODING", "true")
+    args = EngineArgs(model=str(tiny_llama))
+    args.speculative_config = 42  # not a mapping: the plugin's own code fails on it
+    with pytest.raises(SpecDecodeConfigError, match="plugin failed.*VLLM_SPECDEC_ON_ERROR"):
+        apply_to_engine_args(args)
+
+
+def test_plugin_failure_serve_without(env, tiny_llama, plugin_log):
+    env.setenv("KAITO_ENABLE_SPECULATIVE_DECODING", "true")
+    env.setenv("VLLM_SPECDEC_ON_ERROR", "serve-without")
+    args = EngineArgs(model=str(tiny_llama))
+    args.speculative_config = 42
+    assert apply_to_engine_args(args) is None
+    assert args.speculative_config == 42 and args.model_impl == "auto"
+    assert args.per_request_spec_decode_metrics == "none"  # vLLM refuses it without speculation
+    assert any(r.levelno == logging.WARNING and "WITHOUT speculative decoding" in r.getMessage()
+               for r in plugin_log.records)
+
+
+def test_spec_flag_and_same_key_in_speculative_config_refused(env, tiny_llama):
+    env.setenv("KAITO_ENABLE_SPECULATIVE_DECODING", "true")
+    args = EngineArgs(model=str(tiny_llama), spec_tokens=2,
+                      speculative_config={"method": "ngram", "num-speculative-tokens": 3})
+    with pytest.raises(SpecDecodeConfigError, match="mutually exclusive"):
+        apply_to_engine_args(args)
+
+
+def test_prefill_only_instance_changes_nothing(env, tiny_llama, plugin_log):
+    env.setenv("KAITO_ENABLE_SPECULATIVE_DECODING", "true")
+    args = EngineArgs(model=str(tiny_llama), kv_transfer_config={
+        "kv_connector": "ExampleConnector", "kv_role": "kv_producer"})
+    before = snapshot(args)
+    decision = apply_to_engine_args(args)
+    assert decision.source == "prefill-only" and snapshot(args) == before
+    assert any(r.levelno == logging.INFO and "prefill-only" in r.getMessage()
+               for r in plugin_log.records)

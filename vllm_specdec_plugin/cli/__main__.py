@@ -1,0 +1,7 @@
+"""`python -m vllm_specdec_plugin.cli`."""
+
+import sys
+
+from vllm_specdec_plugin.cli import main
+
+sys.exit(main())

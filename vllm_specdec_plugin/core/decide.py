@@ -1,0 +1,329 @@
+"""The decision: a pure function from typed inputs to the speculative-decoding setup.
+
+No I/O, no vLLM import: `assembly` gathers the inputs, calls `decide`, and the engine hook,
+`explain` and the launcher apply or print the result. What a method is and does comes from
+`core.methods`; what a platform refuses comes in `PlatformCapabilities.refusals`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from vllm_specdec_plugin.core.errors import quote_value
+from vllm_specdec_plugin.core.methods import (
+    ADAPTIVE_FALLBACK,
+    FALLBACKS,
+    PROMISED_METHODS,
+    method_spec,
+)
+from vllm_specdec_plugin.core.presets import PresetTable
+from vllm_specdec_plugin.core.schedule import break_points, load_aware_schedule
+from vllm_specdec_plugin.core.settings import ANNOTATION_KEY, FALLBACK_NAMES, RUNTIME_KEY
+from vllm_specdec_plugin.core.types import (
+    KV_PRODUCER,
+    SOURCE_CHECKPOINT_MTP,
+    SOURCE_DRAFT,
+    SOURCE_OFF,
+    SOURCE_PREFILL_ONLY,
+    SOURCE_SPECULATORS,
+    SOURCE_TUNED,
+    SOURCE_USER_ENGINE,
+    SOURCE_USER_FILE,
+    USER_SOURCES,
+    Annotation,
+    CheckpointInfo,
+    Decision,
+    EngineRequest,
+    KaitoRequest,
+    PlatformCapabilities,
+    Source,
+)
+
+
+def decide(
+    kaito: KaitoRequest,
+    engine: EngineRequest,
+    caps: PlatformCapabilities,
+    presets: PresetTable,
+) -> Decision:
+    """Pick the speculative-decoding setup for one engine start."""
+    opt_in = kaito.annotation.opt_in
+    if opt_in == "invalid":
+        return Decision(False, SOURCE_OFF, platform=caps.platform,
+                        errors=(_opt_in_error(kaito.annotation),))
+    if opt_in == "off":
+        return Decision(False, SOURCE_OFF, platform=caps.platform)
+
+    errors = [*_runtime_errors(kaito.runtime), *caps.refusals]
+    warnings: list[str] = []
+    preset_name = None
+    source: Source
+    config: dict[str, Any]
+    file_config = kaito.config_speculative_config
+    if engine.speculative_config is not None:
+        config = dict(engine.speculative_config)
+        # The launcher passes the file's config on as a flag: same config, the file's source.
+        source = SOURCE_USER_FILE if file_config == config else SOURCE_USER_ENGINE
+        if file_config is not None and dict(file_config) != config:
+            warnings.append(
+                f"the speculative-config in {kaito.config_path} is not used: the engine was "
+                "given its own, which wins"
+            )
+    elif file_config is not None:
+        source, config = SOURCE_USER_FILE, dict(file_config)
+    else:
+        candidates = (kaito.preset, *engine.served_model_names, engine.model)
+        if not any(candidates):
+            errors.append(
+                f"{ANNOTATION_KEY}=\"true\" needs a preset inference target, and none was "
+                "found: set KAITO_PRESET_NAME, --served-model-name or --model"
+            )
+            return Decision(False, SOURCE_OFF, platform=caps.platform, errors=tuple(errors))
+        if engine.kv_role == KV_PRODUCER and not errors:
+            return Decision(False, SOURCE_PREFILL_ONLY, platform=caps.platform, notes=(
+                "prefill-only instance (kv_transfer_config kv_role kv_producer): no "
+                "speculative decoding; it helps decode only, and a proposer here would cost "
+                "memory and setup for nothing (the decode instances get it)",))
+        source, config, preset_name = _automatic_choice(kaito, engine, caps, presets,
+                                                        candidates, errors)
+
+    notes: list[str] = []
+    errors += _config_errors(config, source, caps)
+    errors += _pipeline_errors(config.get("method"), engine, caps, warnings)
+    if errors:
+        return Decision(False, source, platform=caps.platform, errors=tuple(errors))
+
+    config = _cap_num_tokens(config, caps, warnings)
+    method = config.get("method")
+    if source == SOURCE_TUNED:
+        notes.append("KAITO's tuned config exactly as KAITO validated it (no load-aware "
+                     "schedule)")
+    elif source not in (*USER_SOURCES, SOURCE_SPECULATORS):
+        config = _with_schedule(config, kaito, engine, caps, notes)
+    final_config: dict[str, Any] | None = config
+    if source == SOURCE_SPECULATORS:
+        final_config = _speculators_override(config, engine.checkpoint)
+    if engine.kv_role == KV_PRODUCER:
+        notes.append("prefill-only instance (kv_role kv_producer): speculation gains nothing "
+                     "here; the user's config is kept as given")
+    model_impl = "vllm"
+    if engine.model_impl not in (None, "auto", "vllm"):
+        warnings.append(
+            f"model_impl {engine.model_impl!r} -> 'vllm': speculative decoding runs on the vLLM "
+            "model implementation only (RBLN's optimum path refuses it)"
+        )
+    async_scheduling = engine.async_scheduling
+    async_reason = _async_incompatibility(method, caps, engine)
+    if async_reason and engine.async_scheduling is not False:
+        async_scheduling = False
+        asked = "--async-scheduling" if engine.async_scheduling else "async scheduling (default)"
+        warnings.append(f"{asked} turned off: {async_reason}")
+    return Decision(
+        enabled=True,
+        source=source,
+        method=method,
+        speculative_config=final_config,
+        model_impl=model_impl,
+        async_scheduling=async_scheduling,
+        preset=preset_name,
+        platform=caps.platform,
+        warnings=tuple(warnings),
+        notes=tuple(notes),
+    )
+
+
+def _speculators_override(config: dict[str, Any],
+                          checkpoint: CheckpointInfo | None) -> dict[str, Any] | None:
+    """What to pass for a speculators checkpoint: vLLM builds the config from the checkpoint and
+    merges the engine's over it, so only what had to change (the token cap), else nothing."""
+    tokens = config.get("num_speculative_tokens")
+    if checkpoint is None or tokens == checkpoint.speculators_tokens:
+        return None
+    return {"num_speculative_tokens": tokens}
+
+
+def _with_schedule(config: dict[str, Any], kaito: KaitoRequest, engine: EngineRequest,
+                   caps: PlatformCapabilities, notes: list[str]) -> dict[str, Any]:
+    """The plugin's own choice with a load-aware schedule, only where vLLM keeps it as is."""
+    method, tokens = config.get("method"), config.get("num_speculative_tokens")
+    if method == ADAPTIVE_FALLBACK["method"]:
+        notes.append("no per-batch-size schedule: the adaptive proposer sizes each row's draft "
+                     "from its acceptance and the measured step cost")
+        return config
+    if not kaito.schedule:
+        notes.append("static config: the load-aware schedule is off (VLLM_SPECDEC_SCHEDULE=off)")
+        return config
+    if not caps.batch_schedule:
+        notes.append(f"static config: {_engine_name(caps)} has no "
+                     "num_speculative_tokens_per_batch_size, so speculation stays on under load")
+        return config
+    if engine.data_parallel_size > 1:
+        notes.append("static config: vLLM turns the per-batch-size schedule off with data "
+                     "parallelism (ranks could pick different k and deadlock)")
+        return config
+    if not isinstance(tokens, int) or method is None:
+        return config
+    if method in caps.static_schedule:
+        notes.append(f"static config: {caps.static_schedule[method]}")
+        return config
+    schedule = load_aware_schedule(method, tokens, engine.max_num_seqs, caps.platform)
+    graphs = ("; on CUDA graphs vLLM captures decode graphs for each distinct k (more capture "
+              "time and graph memory)" if method in caps.v2_methods else "")
+    notes.append(
+        "load-aware schedule (batch size -> speculative tokens): "
+        + ", ".join(f"{a}-{b}: {k}" for a, b, k in schedule) + graphs
+        + f" (break points: {break_points(caps.platform, method).evidence})")
+    return {**config, "num_speculative_tokens_per_batch_size": schedule}
+
+
+def _pipeline_errors(method: str | None, engine: EngineRequest, caps: PlatformCapabilities,
+                     warnings: list[str]) -> list[str]:
+    """Pipeline parallelism: refuse what vLLM refuses there, warn that it usually eats the gain."""
+    if engine.pipeline_parallel_size <= 1:
+        return []
+    reason = caps.pipeline_refusals.get(method or "")
+    if reason:
+        return [f"method {method!r} cannot run with pipeline parallelism "
+                f"(pipeline_parallel_size={engine.pipeline_parallel_size}) on "
+                f"{_engine_name(caps)}: {reason}; use another method or drop "
+                "--pipeline-parallel-size"]
+    warnings.append(
+        f"pipeline parallelism (pipeline_parallel_size={engine.pipeline_parallel_size}) usually "
+        "eats speculative decoding's gain: each verify step waits for every stage, and the "
+        "proposer runs on the last stage only (KAITO proposal #2303); measure before relying "
+        "on it")
+    return []
+
+
+def _automatic_choice(
+    kaito: KaitoRequest, engine: EngineRequest, caps: PlatformCapabilities,
+    presets: PresetTable, candidates: tuple[str | None, ...], errors: list[str],
+) -> tuple[Source, dict[str, Any], str | None]:
+    """The opted-in choice when the user set no config, best first."""
+    target = engine.checkpoint
+    preset = next(name for name in candidates if name)
+    if target is not None and target.speculators:
+        # vLLM builds the config from the checkpoint itself; checked here like any other.
+        config = {"method": target.speculators_method, "model": target.path,
+                  "num_speculative_tokens": target.speculators_tokens}
+        return SOURCE_SPECULATORS, {k: v for k, v in config.items() if v is not None}, preset
+    match = presets.find(candidates)
+    if match is not None:
+        tuned, matched = match
+        return SOURCE_TUNED, dict(tuned.speculative_config), matched
+    if target is not None and target.mtp_layers > 0:
+        return SOURCE_CHECKPOINT_MTP, {"method": "mtp", "num_speculative_tokens": 1}, preset
+    if kaito.draft is not None and kaito.draft.draft_method is not None:
+        draft = kaito.draft
+        spec = method_spec(draft.draft_method)
+        tokens = (spec.default_tokens if spec is not None else None) or 1
+        if draft.draft_method == "medusa" and draft.num_heads:
+            tokens = min(tokens, draft.num_heads)
+        return SOURCE_DRAFT, {"method": draft.draft_method, "model": draft.path,
+                              "num_speculative_tokens": tokens}, preset
+    fallback = FALLBACKS.get(kaito.fallback)
+    if fallback is None:
+        errors.append(f"VLLM_SPECDEC_FALLBACK={quote_value(kaito.fallback)} is not a draft-free "
+                      f"fallback; use one of {', '.join(FALLBACK_NAMES)}")
+        fallback = FALLBACKS[FALLBACK_NAMES[0]]
+    method = fallback.config["method"]
+    if method not in caps.methods:
+        others = " or ".join(name for name in FALLBACK_NAMES if name != fallback.name)
+        errors.append(f"VLLM_SPECDEC_FALLBACK={fallback.name} needs vLLM's {method} speculative "
+                      f"method, which {_engine_name(caps)} does not run; use "
+                      f"VLLM_SPECDEC_FALLBACK={others}")
+    return fallback.source, dict(fallback.config), preset
+
+
+def _opt_in_error(annotation: Annotation) -> str:
+    return (f"annotation {ANNOTATION_KEY} (from {annotation.source}) is "
+            f"{quote_value(annotation.value)}; allowed values are exactly \"true\" or "
+            "\"false\" (lower case, quoted in YAML)")
+
+
+def _runtime_errors(runtime: Annotation) -> tuple[str, ...]:
+    if runtime.value is None or runtime.value == "vllm":
+        return ()
+    return (
+        f"{ANNOTATION_KEY}=\"true\" needs the vLLM runtime, but {RUNTIME_KEY} (from "
+        f"{runtime.source}) is {quote_value(runtime.value)}; set {RUNTIME_KEY}: \"vllm\" or "
+        f"{ANNOTATION_KEY}: \"false\"",
+    )
+
+
+def _config_errors(config: Mapping[str, Any], source: str,
+                   caps: PlatformCapabilities) -> list[str]:
+    method, draft = config.get("method"), config.get("model")
+    where = f"speculative-config from {source}"
+    errors = _token_errors(config, where)
+    if method is None:
+        if draft is None and source != SOURCE_SPECULATORS:
+            errors.append(f"{where} has neither `method` nor `model`; set `method`, one of "
+                          f"{', '.join(PROMISED_METHODS)}")
+        return errors  # with a draft `model`, vLLM infers the method from its checkpoint
+    if not isinstance(method, str):
+        return [*errors, f"{where}: `method` must be a string, got {quote_value(method)}"]
+    if method not in caps.methods:
+        errors.append(
+            f"{where}: method {method!r} is not supported on {_engine_name(caps)}; use one of "
+            f"{', '.join(m for m in PROMISED_METHODS if m in caps.methods)}"
+        )
+    elif _needs_draft(method) and not draft:
+        errors.append(
+            f"{where}: method {method!r} needs a draft checkpoint; add \"model\": "
+            "\"<draft repo id or path>\", or use a draft-free method (ngram, suffix)"
+        )
+    elif method == "suffix" and not caps.suffix_available:
+        errors.append(
+            f"{where}: method 'suffix' needs the arctic_inference package, which is not "
+            "installed; pip install arctic-inference (or the plugin's [suffix] extra)"
+        )
+    return errors
+
+
+def _needs_draft(method: str) -> bool:
+    spec = method_spec(method)
+    return spec is not None and spec.needs_draft_checkpoint
+
+
+def _token_errors(config: Mapping[str, Any], where: str) -> list[str]:
+    tokens = config.get("num_speculative_tokens")
+    if tokens is None or (isinstance(tokens, int) and not isinstance(tokens, bool)
+                          and tokens >= 1):
+        return []
+    return [f"{where}: num_speculative_tokens must be a positive integer, got "
+            f"{quote_value(tokens)}"]
+
+
+def _cap_num_tokens(config: dict[str, Any], caps: PlatformCapabilities,
+                    warnings: list[str]) -> dict[str, Any]:
+    tokens, cap = config.get("num_speculative_tokens"), caps.max_num_speculative_tokens
+    if cap is None or tokens is None or tokens <= cap:
+        return config
+    warnings.append(
+        f"num_speculative_tokens {tokens} -> {cap}: the {caps.platform} sampler handles at most "
+        f"{cap} speculative tokens"
+    )
+    return {**config, "num_speculative_tokens": cap}
+
+
+def _async_incompatibility(method: str | None, caps: PlatformCapabilities,
+                           engine: EngineRequest) -> str | None:
+    if not caps.async_methods:
+        return (f"{caps.platform} runs speculative decoding with synchronous scheduling only")
+    if method is not None and method not in caps.async_methods:
+        return (
+            f"{_engine_name(caps)} runs {method!r} speculative decoding with synchronous "
+            "scheduling only (async works with: "
+            f"{', '.join(m for m in PROMISED_METHODS if m in caps.async_methods)})"
+        )
+    if engine.pipeline_parallel_size > 1 and method not in caps.v2_methods:
+        return (f"{_engine_name(caps)} runs pipeline parallelism with speculative decoding "
+                "on its V1 model runner, which schedules synchronously only")
+    return None
+
+
+def _engine_name(caps: PlatformCapabilities) -> str:
+    version = f" {caps.vllm_version}" if caps.vllm_version else ""
+    return f"vLLM{version} on {caps.platform}"

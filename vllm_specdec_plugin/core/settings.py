@@ -1,0 +1,94 @@
+"""Every environment variable the plugin reads, named once, with its allowed values.
+
+KAITO's inputs (the annotation, the runtime, the files it mounts) and the plugin's own
+`VLLM_SPECDEC_*` settings. Opted in, `check_settings` validates every `VLLM_SPECDEC_*` variable
+up front (the engine hook, `explain` and the launcher all decide through `assembly`, which
+calls it): an unknown name or a value outside its choices is refused by name, with the allowed
+values.
+A new setting is added to `SETTINGS` (and, with fixed values, given `choices`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+from vllm_specdec_plugin.core.errors import SpecDecodeConfigError, quote_value
+
+# --- KAITO's inputs ------------------------------------------------------------------------------
+ANNOTATION_KEY = "kaito.sh/enable-speculative-decoding"
+RUNTIME_KEY = "kaito.sh/runtime"
+ENV_ANNOTATION = "KAITO_ENABLE_SPECULATIVE_DECODING"
+ENV_RUNTIME = "KAITO_RUNTIME"
+ENV_ANNOTATIONS_FILE = "KAITO_ANNOTATIONS_FILE"
+ENV_PRESET_NAME = "KAITO_PRESET_NAME"
+ENV_INFERENCE_CONFIG = "KAITO_INFERENCE_CONFIG"
+ENV_MODEL = "KAITO_MODEL"
+KAITO_ENV = (ENV_ANNOTATION, ENV_RUNTIME, ENV_ANNOTATIONS_FILE, ENV_PRESET_NAME,
+             ENV_INFERENCE_CONFIG, ENV_MODEL)
+
+# --- the plugin's own settings -------------------------------------------------------------------
+PREFIX = "VLLM_SPECDEC_"
+ENV_ON_ERROR = "VLLM_SPECDEC_ON_ERROR"
+ENV_FALLBACK = "VLLM_SPECDEC_FALLBACK"
+ENV_SCHEDULE = "VLLM_SPECDEC_SCHEDULE"
+ENV_DRAFT_MODEL = "VLLM_SPECDEC_DRAFT_MODEL"
+ENV_PRESETS_FILE = "VLLM_SPECDEC_PRESETS_FILE"
+ENV_ADAPTIVE_STATS = "VLLM_SPECDEC_ADAPTIVE_STATS"
+ENV_CACHE = "VLLM_SPECDEC_CACHE"
+
+OnError = Literal["fail", "serve-without"]
+Fallback = Literal["ngram", "suffix", "adaptive"]
+Schedule = Literal["on", "off"]
+ON_ERROR_CHOICES: tuple[OnError, ...] = get_args(OnError)
+FALLBACK_NAMES: tuple[Fallback, ...] = get_args(Fallback)
+"""The allowed VLLM_SPECDEC_FALLBACK values (the first is the default, KAITO's ngram); each is
+a row of `core.methods.FALLBACKS`."""
+SCHEDULE_CHOICES: tuple[Schedule, ...] = get_args(Schedule)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One `VLLM_SPECDEC_*` variable."""
+
+    name: str
+    meaning: str
+    choices: tuple[str, ...] = ()
+    """Its allowed values (empty: a path or name, checked where it is read)."""
+    default: str | None = None
+
+
+SETTINGS: Mapping[str, Setting] = {setting.name: setting for setting in (
+    Setting(ENV_ON_ERROR, "what an opted-in engine does when the plugin itself fails",
+            ON_ERROR_CHOICES, "fail"),
+    Setting(ENV_FALLBACK, "the draft-free fallback", FALLBACK_NAMES, "ngram"),
+    Setting(ENV_SCHEDULE, "the load-aware schedule on the plugin's own choice",
+            SCHEDULE_CHOICES, "on"),
+    Setting(ENV_DRAFT_MODEL, "a draft checkpoint directory"),
+    Setting(ENV_PRESETS_FILE, "a presets YAML file in front of the tuned table"),
+    Setting(ENV_ADAPTIVE_STATS, "where the adaptive proposer writes its statistics"),
+    Setting(ENV_CACHE, "the demo and benchmark model cache (not read by the plugin)"),
+)}
+PLUGIN_ENV = (*KAITO_ENV, *SETTINGS)
+"""Every variable that can opt an engine in or change its decision."""
+
+
+def check_settings(environ: Mapping[str, str]) -> None:
+    """Refuse an unknown `VLLM_SPECDEC_*` name or a value outside a setting's choices."""
+    for name in sorted(key for key in environ if key.startswith(PREFIX)):
+        setting = SETTINGS.get(name)
+        if setting is None:
+            raise SpecDecodeConfigError(
+                f"{name} is not a setting of vllm-specdec-plugin; the settings are "
+                f"{', '.join(SETTINGS)}; fix the name or unset it")
+        value = environ[name]
+        if setting.choices and value and value not in setting.choices:  # empty: the default
+            raise SpecDecodeConfigError(
+                f"{name}={quote_value(value)} is not one of {', '.join(setting.choices)} "
+                f"({setting.meaning}; default {setting.default}); set one of them or unset it")
+
+
+def setting_value(environ: Mapping[str, str], name: str) -> str:
+    """A choice setting's value, its default when unset or empty (validated by the caller)."""
+    return environ.get(name) or SETTINGS[name].default or ""

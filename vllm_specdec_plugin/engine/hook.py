@@ -1,0 +1,226 @@
+"""The engine hook: applies the decision to `EngineArgs` before vLLM builds its `VllmConfig`.
+
+`EngineArgs.create_engine_config()` is the one call `vllm serve`, `LLM()` and `AsyncLLM` all make
+before the config exists; `install_engine_hook` wraps it (outside vllm-rbln's own wrapper) so
+that `apply_to_engine_args` runs first.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import logging
+import os
+from collections.abc import Callable
+from typing import Any
+
+from vllm_specdec_plugin.assembly import assemble
+from vllm_specdec_plugin.core.errors import SpecDecodeConfigError
+from vllm_specdec_plugin.core.settings import ENV_ON_ERROR, ON_ERROR_CHOICES, setting_value
+from vllm_specdec_plugin.core.types import Decision, EngineRequest
+from vllm_specdec_plugin.engine import fixes, metrics, patching
+from vllm_specdec_plugin.engine.patching import MARK, Patch, apply_patch, flush_log, log, logger
+from vllm_specdec_plugin.inputs.annotations import read_opt_in
+from vllm_specdec_plugin.inputs.engine_args import SPEC_FLAGS
+from vllm_specdec_plugin.inputs.vllm_caps import current_vllm_platform
+
+ENGINE_HOOK = "engine-config-hook"
+
+_APPLIED = "_specdec_plugin_decision"
+_SERVED_WITHOUT = "_specdec_plugin_served_without"
+PER_REQUEST_METRICS = "per_request_spec_decode_metrics"
+
+
+def install(*, announce: bool = False) -> None:
+    """Wrap `EngineArgs.create_engine_config` once per process (idempotent)."""
+    install_engine_hook(apply_to_engine_args, announce=announce, configured=export_decision)
+
+
+def opted_in_quietly() -> bool:
+    """Whether the opt-in is exactly "true"; bad input is left for the engine start to report."""
+    try:
+        return read_opt_in(os.environ).opt_in == "on"
+    except SpecDecodeConfigError:
+        return False
+
+
+def apply_to_engine_args(args: Any) -> Decision | None:
+    """Decide for these engine arguments and apply the decision to them (once per object)."""
+    previous: Decision | None = getattr(args, _APPLIED, None)
+    if previous is not None:
+        return previous
+    environ = os.environ
+    try:
+        annotation = read_opt_in(environ)
+        if annotation.opt_in == "off":
+            logger.debug("speculative decoding not opted in (%s)", annotation.source)
+            return None
+        platform = current_vllm_platform()
+        assembled = assemble(args, environ, platform,
+                             _device_name() if platform == "rbln" else None,
+                             annotation=annotation)
+        request, decision = assembled.request, assembled.decision
+        if decision.enabled is False and decision.notes and not decision.errors:
+            logger.info("%s", decision.summary())  # e.g. a prefill-only instance
+            setattr(args, _APPLIED, decision)
+            return decision
+    except SpecDecodeConfigError as exc:
+        logger.error("%s", exc.message)
+        raise
+    except Exception as exc:
+        _plugin_failed(exc)  # raises unless the policy is serve-without
+        setattr(args, _SERVED_WITHOUT, True)
+        return None
+    if decision.errors or request is None:
+        message = "; ".join(decision.errors)
+        logger.error("%s", message)
+        raise SpecDecodeConfigError(message)
+    _apply(args, request, decision)
+    setattr(args, _APPLIED, decision)
+    applied = fixes.applied_fixes()
+    fixes_note = f"; vLLM bug fixes applied: {', '.join(applied)}" if applied else ""
+    per_request = _ask_per_request_metrics(args)
+    logger.info("%s%s%s", decision.summary(), per_request, fixes_note)
+    for warning in decision.warnings:
+        logger.warning("speculative decoding: %s", warning)
+    for patched in patching.replaced_after_us():
+        logger.warning("vllm-specdec-plugin: a patch of the plugin was replaced after it was "
+                       "applied: %s; that code decides whether the plugin's change still runs",
+                       patched)
+    return decision
+
+
+def _device_name() -> str | None:
+    from vllm.platforms import current_platform
+
+    try:
+        return current_platform.get_device_name()
+    except Exception as exc:  # no NPU visible (e.g. a compile-only host): no ATOM check
+        logger.debug("RBLN device name unknown: %s", exc)
+        return None
+
+
+def _apply(args: Any, requested: EngineRequest, decision: Decision) -> None:
+    if (decision.speculative_config is not None
+            and decision.speculative_config != requested.speculative_config):
+        args.speculative_config = dict(decision.speculative_config or {})
+        for attr, _, _ in SPEC_FLAGS:
+            if getattr(args, attr, None) is not None:
+                setattr(args, attr, None)
+    args.model_impl = decision.model_impl
+    if decision.async_scheduling is False:
+        args.async_scheduling = False
+
+
+def _ask_per_request_metrics(args: Any) -> str:
+    """Each response carries its own acceptance, where vLLM has the option (>= 0.32).
+
+    Only a value left at vLLM's default ("none") changes; it is said in the INFO line.
+    """
+    if getattr(args, PER_REQUEST_METRICS, None) != "none":
+        return ""
+    setattr(args, PER_REQUEST_METRICS, "summary")
+    return f"; {PER_REQUEST_METRICS}=summary (each response carries its acceptance)"
+
+
+def export_decision(args: Any, vllm_config: Any) -> None:
+    """After vLLM built its config: opted in, the decision and what vLLM resolved from it go
+    to /metrics (`metrics.py`); not opted in, nothing."""
+    decision = getattr(args, _APPLIED, None)
+    if decision is None and not getattr(args, _SERVED_WITHOUT, False):
+        return  # not opted in: nothing exported
+    try:
+        labels = metrics.decision_labels(decision, *metrics.resolved_speculation(vllm_config))
+        metrics.export_decision(labels)
+    except Exception as exc:  # observability must not stop an engine that is configured
+        logger.warning("speculative decoding: decision not exported to /metrics (%s: %s)",
+                       type(exc).__name__, exc)
+
+
+def _plugin_failed(exc: Exception) -> None:
+    policy = setting_value(os.environ, ENV_ON_ERROR)
+    cause = f"{type(exc).__name__}: {exc}"
+    if policy == "serve-without":
+        logger.warning(
+            "vllm-specdec-plugin failed (%s); serving WITHOUT speculative decoding because "
+            "%s=serve-without", cause, ENV_ON_ERROR)
+        return None
+    bad_policy = "" if policy in ON_ERROR_CHOICES else (
+        f" ({ENV_ON_ERROR}={policy!r} is not one of {', '.join(ON_ERROR_CHOICES)})")
+    raise SpecDecodeConfigError(
+        f"the plugin failed while choosing the speculative config ({cause}); the engine does "
+        f"not start{bad_policy}. Set {ENV_ON_ERROR}=serve-without to serve without speculation "
+        "instead"
+    ) from exc
+
+
+def install_engine_hook(decide_and_apply: Callable[[Any], Any], *, announce: bool,
+                        configured: Callable[[Any, Any], None] | None = None) -> None:
+    """Wrap `EngineArgs.create_engine_config`, the one call `vllm serve`, `LLM()` and `AsyncLLM`
+    make before the `VllmConfig` exists, so `decide_and_apply(engine_args)` runs first, and
+    `configured(engine_args, vllm_config)` once vLLM has built the config."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    patch = Patch(ENGINE_HOOK, EngineArgs, "create_engine_config",
+                  "chooses and applies speculative decoding before vLLM builds its config",
+                  tested_on=("0.30", "0.32", "0.33"))
+    if patch.attribute in vars(EngineArgs).get(MARK, {}):
+        return
+    _let_rbln_wrap_first(announce)
+    original = EngineArgs.create_engine_config
+
+    @functools.wraps(original)
+    def create_engine_config(self: Any, *args: Any, **kwargs: Any) -> Any:
+        _configure_vllm_logging(self)
+        flush_log()
+        decide_and_apply(self)
+        config = original(self, *args, **kwargs)
+        if configured is not None:
+            configured(self, config)
+        return config
+
+    apply_patch(patch, create_engine_config, announce=announce)
+
+
+def _configure_vllm_logging(args: Any) -> None:
+    """Configure vLLM's logging as create_engine_config is about to, so our line is not lost.
+
+    vLLM >= 0.32 configures logging lazily as the first step of create_engine_config; doing it
+    once more is a no-op. Older vLLM configures it at import.
+    """
+    make_config = getattr(args, "create_logging_config", None)
+    if make_config is None:
+        return
+    try:
+        from vllm.logger import configure_logging_if_needed
+    except ImportError:
+        return
+    configure_logging_if_needed(make_config())
+
+
+def _let_rbln_wrap_first(announce: bool) -> None:
+    """Have vllm-rbln install its own create_engine_config wrapper now, so ours is outside it.
+
+    vllm-rbln's wrapper reads `model_impl` on entry (then resets it), so the plugin's choice of
+    "vllm" must be made before it runs, whichever plugin loads first. Its wrapper is guarded by
+    `_rbln_model_impl_patched`, so its own plugin will not wrap again later. Done only where
+    vllm-rbln's ops plugin would load anyway.
+    """
+    if importlib.util.find_spec("vllm_rbln") is None:
+        return
+    import vllm.envs as envs
+
+    allowed = envs.VLLM_PLUGINS
+    if allowed is not None and "rbln_custom_ops" not in allowed:
+        return
+    try:
+        from vllm_rbln.platform import RblnPlatform
+
+        RblnPlatform._capture_model_impl()
+    except Exception as exc:  # reported, and the hook still installs
+        log(
+            logging.WARNING if announce else logging.DEBUG,
+            "vllm-specdec-plugin could not install vllm-rbln's model-path wrapper before its "
+            "own (%s: %s); if vllm-rbln wraps create_engine_config later, it runs before the "
+            "plugin and may pick the optimum model path, which refuses speculative decoding",
+            type(exc).__name__, exc)

