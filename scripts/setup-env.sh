@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Create (or reuse) the project's virtual environment with the CPU vLLM engine and the plugin.
+# Create (or reuse) the project's virtual environment with the CPU vLLM engine, the test, deploy-
+# check and demo tools (requirements/cpu.txt) and the plugin.
 # Idempotent: a venv whose stamp matches the requirements is reused as it is.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 PY=${PYTHON:-python3}
-stamp_src=$(cat requirements/cpu.txt pyproject.toml | sha256sum | cut -c1-16)
+# requirements/cpu.txt includes runtime-cpu.txt, test.txt and demo.txt (-r): all of them count.
+stamp_src=$(cat requirements/cpu.txt requirements/runtime-cpu.txt requirements/test.txt \
+  requirements/demo.txt pyproject.toml | sha256sum | cut -c1-16)
 if [[ -x "$VENV/bin/python" && "$(cat "$VENV/.stamp" 2>/dev/null)" == "$stamp_src" ]]; then
   "$VENV/bin/pip" install -q --no-deps -e . >/dev/null 2>&1
   echo "setup: reusing $VENV"
