@@ -3,7 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-env.sh
-# promtool for the alert unit tests (tests/deploy, tests/test_monitoring.py): Debian's prometheus
+# promtool for the alert unit tests (tests/deploy/): Debian's prometheus
 bash .ci/setup-tools.sh
 # vllm-rbln 0.12 + vLLM 0.30 (tests/test_rbln.py runs the RBLN rules against their code)
 bash .ci/setup-rbln-env.sh
