@@ -116,7 +116,8 @@ class TestOptedIn:
         assert len(samples) == 1, samples  # one sample although two API servers export it
         assert samples[0].value == 1
         assert samples[0].labels == {
-            "method": "ngram", "source": "ngram-fallback", "num_speculative_tokens": "5",
+            "model_name": opted_in.model, "method": "ngram", "source": "ngram-fallback",
+            "num_speculative_tokens": "5",
             "preset": opted_in.model, "platform": "cpu", "schedule": "on"}
 
     def test_each_response_carries_its_acceptance(self, opted_in: Server) -> None:

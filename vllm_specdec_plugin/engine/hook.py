@@ -130,7 +130,8 @@ def export_decision(args: Any, vllm_config: Any) -> None:
     if decision is None and not getattr(args, _SERVED_WITHOUT, False):
         return  # not opted in: nothing exported
     try:
-        labels = metrics.decision_labels(decision, *metrics.resolved_speculation(vllm_config))
+        labels = metrics.decision_labels(decision, *metrics.resolved_speculation(vllm_config),
+                                         model_name=metrics.served_model_name(vllm_config))
         metrics.export_decision(labels)
     except Exception as exc:  # observability must not stop an engine that is configured
         logger.warning("speculative decoding: decision not exported to /metrics (%s: %s)",

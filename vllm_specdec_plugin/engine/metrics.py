@@ -17,20 +17,22 @@ from typing import Any
 
 from vllm_specdec_plugin.core.types import DECISION_METRIC, METHOD_NONE, Decision
 
-LABELS = ("method", "source", "num_speculative_tokens", "preset", "platform", "schedule")
+LABELS = ("model_name", "method", "source", "num_speculative_tokens", "preset", "platform",
+          "schedule")
 SOURCE_SERVED_WITHOUT = "plugin-failed (serve-without)"
 
 _gauge: Any = None
 
 
 def decision_labels(decision: Decision | None, method: str | None, num_tokens: int | None,
-                    schedule: bool) -> dict[str, str]:
+                    schedule: bool, model_name: str = "") -> dict[str, str]:
     """The gauge's labels: what the engine runs (vLLM's resolved config) and why (the decision).
 
     `decision` is None when the plugin failed and serves without speculation; `method` is None
     when vLLM runs without a speculative config.
     """
     return {
+        "model_name": model_name,
         "method": method or METHOD_NONE,
         "source": decision.source if decision is not None else SOURCE_SERVED_WITHOUT,
         "num_speculative_tokens": str(num_tokens or 0),
@@ -47,6 +49,15 @@ def resolved_speculation(vllm_config: Any) -> tuple[str | None, int | None, bool
         return None, None, False
     schedule = getattr(spec, "num_speculative_tokens_per_batch_size", None)
     return spec.method, spec.num_speculative_tokens, bool(schedule)
+
+
+def served_model_name(vllm_config: Any) -> str:
+    """The name vLLM serves the model under (its own `model_name` label on /metrics)."""
+    model_config = getattr(vllm_config, "model_config", None)
+    name = getattr(model_config, "served_model_name", None) or getattr(model_config, "model", "")
+    if isinstance(name, (list, tuple)):
+        name = name[0] if name else ""
+    return str(name or "")
 
 
 def export_decision(labels: Mapping[str, str]) -> None:

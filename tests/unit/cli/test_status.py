@@ -137,8 +137,9 @@ def test_verdicts(rate: float | None, length: float | None, expected: str) -> No
 def test_decision_labels_from_the_decision_and_vllms_resolved_config() -> None:
     decision = Decision(True, "tuned-preset", method="mtp", preset="deepseek-ai/DeepSeek-V3",
                         platform="cuda")
-    assert decision_labels(decision, "mtp", 1, True) == {
-        "method": "mtp", "source": "tuned-preset", "num_speculative_tokens": "1",
+    assert decision_labels(decision, "mtp", 1, True, model_name="deepseek") == {
+        "model_name": "deepseek", "method": "mtp", "source": "tuned-preset",
+        "num_speculative_tokens": "1",
         "preset": "deepseek-ai/DeepSeek-V3", "platform": "cuda", "schedule": "on"}
     user = Decision(True, "user-config (engine arguments)", method="eagle", platform="cpu")
     assert decision_labels(user, "eagle", 3, False)["schedule"] == "off"
