@@ -6,6 +6,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from vllm_specdec_plugin import __version__
 from vllm_specdec_plugin.cli.explain import EXIT_OK, explain
 from vllm_specdec_plugin.core.errors import EXIT_INVALID
 
@@ -14,9 +15,12 @@ __all__ = ["explain", "main"]
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] in (["--version"], ["-V"]):
+        print(f"vllm-specdec {__version__}")
+        return EXIT_OK
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: vllm-specdec explain [flags] | vllm-specdec status [--url URL] [flags]"
-              "   (vllm-specdec COMMAND --help for flags)")
+        print("usage: vllm-specdec explain [flags] | vllm-specdec status [--url URL] [flags] | "
+              "vllm-specdec --version   (vllm-specdec COMMAND --help for flags)")
         return EXIT_OK if argv else EXIT_INVALID
     if argv[0] == "status":
         from vllm_specdec_plugin.cli import status

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 
+from vllm_specdec_plugin import __version__
 from vllm_specdec_plugin.cli.flags import add_target_flags, split_passthrough
 from vllm_specdec_plugin.core.errors import EXIT_INVALID, SpecDecodeConfigError, quote_value
 from vllm_specdec_plugin.launcher.plan import LaunchPlan, apply_env, build_plan
@@ -29,6 +30,8 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
                     "speculative-decoding plugin's decision checked up front. Arguments after "
                     "`--` go to `vllm serve` untouched.")
     add_target_flags(parser, "model to serve")
+    parser.add_argument("--version", action="version",
+                        version=f"vllm-specdec-launch {__version__}")
     parser.add_argument("--root", default="/", help="filesystem root to inspect (tests)")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the plan as JSON and exit instead of starting vLLM")
