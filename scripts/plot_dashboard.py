@@ -146,7 +146,9 @@ def draw(panels: list[dict], prom: str, phases: list, start: float, end: float,
 
 
 def substitute(expr: str) -> str:
-    return expr.replace("$__rate_interval", RATE_INTERVAL).replace("$model_name", ".*")
+    for variable in ("$model_name", "$namespace", "$pod"):  # the dashboard's variables: all
+        expr = expr.replace(variable, ".*")
+    return expr.replace("$__rate_interval", RATE_INTERVAL)
 
 
 def legend(pattern: str, labels: dict) -> str:
