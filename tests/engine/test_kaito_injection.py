@@ -33,8 +33,11 @@ def kaito_command(program: list[str], model: str, config: str, *flags: str) -> s
     return f"{quoted} --speculative-config='{config}'"
 
 
-@pytest.mark.parametrize("config", [KAITO_TUNED, KAITO_FALLBACK])
-def test_launcher_keeps_kaitos_injected_config_and_applies_engine_rules(config, tmp_path):
+# Async scheduling: vLLM 0.32 runs mtp with it (left to vLLM), ngram without it (turned off).
+@pytest.mark.parametrize(("config", "async_scheduling"), [(KAITO_TUNED, None),
+                                                          (KAITO_FALLBACK, False)])
+def test_launcher_keeps_kaitos_injected_config_and_applies_engine_rules(config, async_scheduling,
+                                                                        tmp_path):
     launcher = [sys.executable, "-m", "vllm_specdec_plugin.launcher", "--dry-run",
                 "--platform", "cpu", "--model"]
     command = kaito_command(launcher, "Qwen/Qwen3.5-4B", config, "--", "--model-impl",
@@ -48,7 +51,7 @@ def test_launcher_keeps_kaitos_injected_config_and_applies_engine_rules(config, 
     assert decision["source"] == "user-config (engine arguments)"
     assert decision["model_impl"] == "vllm"  # the engine-side rule, with its warning
     assert any("model_impl 'transformers' -> 'vllm'" in w for w in decision["warnings"])
-    assert decision["async_scheduling"] is False  # the CPU platform runs it synchronously
+    assert decision["async_scheduling"] is async_scheduling
     assert f"--speculative-config={config}" in plan["argv"]  # passed on as KAITO wrote it
 
 
