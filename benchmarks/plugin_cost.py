@@ -21,21 +21,22 @@ import vllm_specdec_plugin
 print(time.perf_counter() - t)
 """
 
-# As in an engine process: vLLM is imported, the entry point runs, then the hook's resolve() for
+# As in an engine process: vLLM is imported, the entry point runs, then the hook's assemble() for
 # an opted-in engine with no preset match (KAITO's fallback), first call and then many more.
 ENGINE_SNIPPET = """
 import json, sys, time
 import vllm.engine.arg_utils
 import vllm_specdec_plugin
 t = time.perf_counter(); vllm_specdec_plugin.register(); register = time.perf_counter() - t
-from vllm_specdec_plugin.core.types import EngineRequest
-from vllm_specdec_plugin.assembly import resolve
+from argparse import Namespace
+from vllm_specdec_plugin.assembly import assemble
 environ = {"KAITO_ENABLE_SPECULATIVE_DECODING": "true", "KAITO_ANNOTATIONS_FILE": ""}
-engine = EngineRequest(model=sys.argv[1])
-t = time.perf_counter(); decision = resolve(environ, engine, "cpu"); first = time.perf_counter() - t
+engine = Namespace(model=sys.argv[1])
+t = time.perf_counter(); decision = assemble(engine, environ, "cpu", None).decision
+first = time.perf_counter() - t
 times = []
 for _ in range(int(sys.argv[2])):
-    t = time.perf_counter(); resolve(environ, engine, "cpu"); times.append(time.perf_counter() - t)
+    t = time.perf_counter(); assemble(engine, environ, "cpu", None); times.append(time.perf_counter() - t)
 print(json.dumps({"register": register, "first": first, "times": times,
                   "source": decision.source}))
 """
@@ -56,7 +57,7 @@ def import_ms(runs: int) -> dict[str, Any]:
 
 
 def engine_cost(model: str, calls: int) -> dict[str, Any]:
-    """`register()` with vLLM imported, and `resolve()` (the hook's work): first call, per call."""
+    """`register()` with vLLM imported, and `assemble()` (the hook's work): first call, per call."""
     data = json.loads(run_snippet(ENGINE_SNIPPET, model, str(calls)))
     times = sorted(t * 1e6 for t in data["times"])
     return {"register_ms": data["register"] * 1000, "decide": {

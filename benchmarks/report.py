@@ -66,7 +66,7 @@ def cost_lines(cost: dict[str, Any] | None) -> list[str]:
             f"- `import vllm_specdec_plugin` in a fresh process: median "
             f"{cost['import_ms']['median']:.2f} ms over {cost['import_ms']['runs']} processes",
             f"- `register()` with vLLM already imported: {cost['register_ms']:.2f} ms",
-            f"- `resolve(...)` ({decide['case']}): first call {decide['first_ms']:.2f} ms, then "
+            f"- `assemble(...)` ({decide['case']}): first call {decide['first_ms']:.2f} ms, then "
             f"median {decide['median_us']:.1f} us over {decide['calls']} calls", ""]
 
 
