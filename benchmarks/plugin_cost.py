@@ -36,7 +36,8 @@ t = time.perf_counter(); decision = assemble(engine, environ, "cpu", None).decis
 first = time.perf_counter() - t
 times = []
 for _ in range(int(sys.argv[2])):
-    t = time.perf_counter(); assemble(engine, environ, "cpu", None); times.append(time.perf_counter() - t)
+    t = time.perf_counter(); assemble(engine, environ, "cpu", None)
+    times.append(time.perf_counter() - t)
 print(json.dumps({"register": register, "first": first, "times": times,
                   "source": decision.source}))
 """
