@@ -137,8 +137,13 @@ def read_annotations_file(environ: Mapping[str, str]) -> tuple[dict[str, str], s
 
 
 def read_annotation(environ: Mapping[str, str], key: str, env_name: str) -> Annotation:
-    """One annotation: its env variable (a downward-API fieldRef) wins over the file."""
-    if env_name in environ:
+    """One annotation: its env variable (a downward-API fieldRef) wins over the file.
+
+    An empty env value means "not set": Kubernetes sets a `fieldRef` env variable to "" when
+    the pod lacks the annotation, so the file decides (where an absent key means off). An
+    empty value written in the file itself is a value, refused as KAITO refuses it.
+    """
+    if environ.get(env_name):
         return Annotation(environ[env_name], f"env {env_name}")
     annotations, path = read_annotations_file(environ)
     return Annotation(annotations.get(key), f"annotations file {path}")
