@@ -17,7 +17,7 @@ from vllm_specdec_plugin.core.methods import (
     PROMISED_METHODS,
     method_spec,
 )
-from vllm_specdec_plugin.core.presets import PresetTable
+from vllm_specdec_plugin.core.presets import PresetTable, TunedPreset
 from vllm_specdec_plugin.core.schedule import break_points, load_aware_schedule
 from vllm_specdec_plugin.core.settings import ANNOTATION_KEY, FALLBACK_NAMES, RUNTIME_KEY
 from vllm_specdec_plugin.core.types import (
@@ -86,7 +86,7 @@ def decide(
                 "speculative decoding; it helps decode only, and a proposer here would cost "
                 "memory and setup for nothing (the decode instances get it)",))
         source, config, preset_name = _automatic_choice(kaito, engine, caps, presets,
-                                                        candidates, errors)
+                                                        candidates, errors, warnings)
 
     notes: list[str] = []
     errors += _config_errors(config, source, caps)
@@ -199,6 +199,7 @@ def _pipeline_errors(method: str | None, engine: EngineRequest, caps: PlatformCa
 def _automatic_choice(
     kaito: KaitoRequest, engine: EngineRequest, caps: PlatformCapabilities,
     presets: PresetTable, candidates: tuple[str | None, ...], errors: list[str],
+    warnings: list[str],
 ) -> tuple[Source, dict[str, Any], str | None]:
     """The opted-in choice when the user set no config, best first."""
     target = engine.checkpoint
@@ -208,10 +209,15 @@ def _automatic_choice(
         config = {"method": target.speculators_method, "model": target.path,
                   "num_speculative_tokens": target.speculators_tokens}
         return SOURCE_SPECULATORS, {k: v for k, v in config.items() if v is not None}, preset
-    match = presets.find(candidates)
+    match = _tuned_preset(kaito, engine, presets, warnings)
     if match is not None:
         tuned, matched = match
-        return SOURCE_TUNED, dict(tuned.speculative_config), matched
+        config = dict(tuned.speculative_config)
+        missing = _missing_target_layers(config, target)
+        if missing is None:
+            return SOURCE_TUNED, config, matched
+        warnings.append(f"tuned preset {tuned.name!r} (matched by {quote_value(matched)}) "
+                        f"{missing}: using the next choice instead")
     if target is not None and target.mtp_layers > 0:
         return SOURCE_CHECKPOINT_MTP, {"method": "mtp", "num_speculative_tokens": 1}, preset
     if kaito.draft is not None and kaito.draft.draft_method is not None:
@@ -234,6 +240,52 @@ def _automatic_choice(
                       f"method, which {_engine_name(caps)} does not run; use "
                       f"VLLM_SPECDEC_FALLBACK={others}")
     return fallback.source, dict(fallback.config), preset
+
+
+def _tuned_preset(kaito: KaitoRequest, engine: EngineRequest, presets: PresetTable,
+                  warnings: list[str]) -> tuple[TunedPreset, str] | None:
+    """The tuned preset for this engine, decided from the model first, as KAITO decides.
+
+    KAITO_PRESET_NAME first (KAITO's own preset), then --model, then --served-model-name. A
+    served name is only a name: when --model is a Hugging Face repo id (no local checkpoint)
+    and the served name would pick another preset than the model does, the model decides,
+    with a warning; the served name picks the preset only for a local checkpoint, or with no
+    --model at all.
+    """
+    if kaito.preset:
+        match = presets.find([kaito.preset])
+        if match is not None:
+            return match
+    by_model = presets.find([engine.model])
+    by_name = presets.find(engine.served_model_names)
+    if by_name is None or (by_model is not None and by_model[0] is by_name[0]):
+        return by_model or by_name
+    if engine.model and _is_hub_id(engine.model, engine.checkpoint):
+        chosen = (f"its preset {by_model[0].name!r}" if by_model is not None
+                  else "no tuned preset (the draft-free choice)")
+        warnings.append(
+            f"--served-model-name {quote_value(by_name[1])} names the tuned preset "
+            f"{by_name[0].name!r}, but --model {quote_value(engine.model)} is another model: "
+            f"the model decides ({chosen}); set KAITO_PRESET_NAME to choose a preset yourself")
+        return by_model
+    return by_model or by_name
+
+
+def _is_hub_id(model: str, checkpoint: CheckpointInfo | None) -> bool:
+    """A Hugging Face repo id (`org/name` or `name`), not a local checkpoint."""
+    return checkpoint is None and not model.startswith(("/", ".", "~")) and model.count("/") <= 1
+
+
+def _missing_target_layers(config: Mapping[str, Any],
+                           target: CheckpointInfo | None) -> str | None:
+    """Why a tuned config cannot run on this local target: an MTP config (no `model`: the
+    target's own layers) for a checkpoint whose config.json declares no MTP layers."""
+    spec = method_spec(config.get("method"))
+    if (spec is None or spec.proposer != "target-layers" or config.get("model")
+            or target is None or target.mtp_layers > 0):
+        return None
+    return (f"runs {spec.name!r} on the target's own MTP layers, but the local checkpoint "
+            f"{quote_value(target.path)} declares none in its config.json")
 
 
 def _opt_in_error(annotation: Annotation) -> str:
