@@ -7,6 +7,7 @@ No I/O, no vLLM import: `assembly` gathers the inputs, calls `decide`, and the e
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,6 +15,7 @@ from vllm_specdec_plugin.core.errors import quote_value
 from vllm_specdec_plugin.core.methods import (
     ADAPTIVE_FALLBACK,
     FALLBACKS,
+    NGRAM_FALLBACK,
     PROMISED_METHODS,
     method_spec,
 )
@@ -326,12 +328,36 @@ def _config_errors(config: Mapping[str, Any], source: str,
             f"{where}: method {method!r} needs a draft checkpoint; add \"model\": "
             "\"<draft repo id or path>\", or use a draft-free method (ngram, suffix)"
         )
+    elif config.get("num_speculative_tokens") is None and _needs_tokens(method, draft):
+        example = dict(NGRAM_FALLBACK) if method == "ngram" else {
+            "method": method, "num_speculative_tokens": _example_tokens(method)}
+        errors.append(
+            f"{where}: method {method!r} needs num_speculative_tokens"
+            + ("" if _tokens_rule(method) == "always" else " when no `model` is given")
+            + " (vLLM has no default for it and refuses to start); add it, e.g. "
+            + json.dumps(example)
+        )
     elif method == "suffix" and not caps.suffix_available:
         errors.append(
             f"{where}: method 'suffix' needs the arctic_inference package, which is not "
             "installed; pip install arctic-inference (or the plugin's [suffix] extra)"
         )
     return errors
+
+
+def _tokens_rule(method: str) -> str:
+    spec = method_spec(method)
+    return spec.tokens_required if spec is not None else "never"
+
+
+def _needs_tokens(method: str, draft: object) -> bool:
+    rule = _tokens_rule(method)
+    return rule == "always" or (rule == "without-model" and not draft)
+
+
+def _example_tokens(method: str) -> int:
+    spec = method_spec(method)
+    return (spec.default_tokens if spec is not None else None) or 1
 
 
 def _needs_draft(method: str) -> bool:

@@ -391,3 +391,31 @@ def test_tuned_mtp_preset_on_a_local_checkpoint_without_mtp_layers_falls_back():
     decision = run(model="/mnt/models/x", served_model_names=("deepseek-r1-0528",),
                    checkpoint=CheckpointInfo("/mnt/models/x"))
     assert decision.source == SOURCE_FALLBACK and any("MTP layers" in w for w in decision.warnings)
+
+
+# --- num_speculative_tokens where vLLM has no default (issue 20) -----------------------------
+@pytest.mark.parametrize(("config", "ok"), [
+    ({"method": "ngram"}, False),
+    ({"method": "ngram", "prompt_lookup_max": 4}, False),
+    ({"method": "custom_class", "model": "pkg.Mod"}, False),
+    ({"method": "mtp"}, False),
+    ({"method": "mtp", "model": "/models/mtp-draft"}, True),
+    ({"method": "suffix"}, True),
+    ({"method": "ngram", "num_speculative_tokens": 3}, True),
+])
+def test_methods_vllm_refuses_without_num_speculative_tokens(config, ok):
+    caps = replace(CPU, suffix_available=True, methods=CPU.methods | {"custom_class"})
+    decision = run(caps=caps, speculative_config=config)
+    errors = [e for e in decision.errors if "needs num_speculative_tokens" in e]
+    assert bool(errors) is not ok, decision.errors
+    if config == {"method": "ngram"}:
+        assert errors[0].endswith('add it, e.g. {"method": "ngram", "num_speculative_tokens": 5, '
+                                  '"prompt_lookup_max": 4}')
+
+
+def test_the_tokens_rule_is_in_the_method_table():
+    from vllm_specdec_plugin.core.methods import METHODS
+
+    always = {name for name, spec in METHODS.items() if spec.tokens_required == "always"}
+    assert always == {"ngram", "custom_class", "extract_hidden_states"}
+    assert METHODS["suffix"].tokens_required == "never"
