@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterator, Sequence
 from vllm_specdec_plugin.cli.status_text import (
     Counters,
     Status,
+    iter_metrics,
     iter_windows,
-    parse_metrics,
     read_counters,
     render_text,
     status_of,
@@ -210,7 +210,7 @@ def _network_error(shown: str, exc: BaseException) -> str:
 
 
 def scrape(url: str, fetcher: Callable[[str], str] = fetch) -> Counters:
-    counters = read_counters(parse_metrics(fetcher(url)))
+    counters = read_counters(iter_metrics(fetcher(url)))
     if not counters.engine_stats and counters.decision is None:
         raise StatusError(f"{shown_url(url)} serves no vLLM metrics; is it a vLLM server?")
     return counters

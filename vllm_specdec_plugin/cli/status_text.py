@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 
 from vllm_specdec_plugin.core.limits import MAX_COUNTER, MAX_POSITIONS, ascii_decimal, printable
@@ -38,16 +38,22 @@ class Sample:
 
 def parse_metrics(text: str) -> list[Sample]:
     """The samples of a Prometheus text exposition; comments and malformed lines are skipped."""
-    samples = []
-    for raw in text.splitlines():
-        line = raw.strip()
+    return list(iter_metrics(text))
+
+
+def iter_metrics(text: str) -> Iterator[Sample]:
+    """The same, one sample at a time (a 16 MiB response is never held as objects)."""
+    start = 0
+    while start < len(text):
+        end = text.find("\n", start)
+        end = len(text) if end == -1 else end
+        line, start = text[start:end].strip(), end + 1
         if not line or line.startswith("#"):
             continue
         try:
-            samples.append(_parse_line(line))
+            yield _parse_line(line)
         except ValueError:
             continue
-    return samples
 
 
 def _parse_line(line: str) -> Sample:
@@ -107,12 +113,15 @@ class Counters:
     generation_tokens: float = 0.0
 
 
-def read_counters(samples: list[Sample]) -> Counters:
-    """The figures `status` needs from one scrape, summed over engines and models."""
+def read_counters(samples: Iterable[Sample]) -> Counters:
+    """The figures `status` needs from one scrape, summed over engines and models (one pass,
+    so `samples` may be `iter_metrics`)."""
     totals: dict[str, float] = {}
     positions: dict[int, float] = {}
+    names: set[str] = set()
     decision = None
     for sample in samples:
+        names.add(sample.name)
         if sample.name == DECISION_METRIC and sample.value == 1:
             decision = dict(sample.labels)
         elif not math.isfinite(sample.value) or abs(sample.value) > MAX_COUNTER:
@@ -124,7 +133,6 @@ def read_counters(samples: list[Sample]) -> Counters:
                 positions[index] = positions.get(index, 0.0) + sample.value
         else:
             totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
-    names = {sample.name for sample in samples}
     return Counters(
         decision=decision,
         speculation=DRAFTS in names,
