@@ -112,8 +112,9 @@ def check_argv(argv: Sequence[str]) -> None:
                            else item)
         if depth > MAX_DEPTH:
             raise SpecDecodeConfigError(
-                f"vLLM argument {number} ({quote_value(item, 40)}) nests JSON {depth} levels "
-                f"deep (at most {MAX_DEPTH}); write the flag's value as a flat JSON object")
+                f"vLLM argument {number} ({quote_value(item, 40)}) is refused: its JSON nests "
+                f"{depth} levels deep (at most {MAX_DEPTH}); write the flag's value as a flat "
+                "JSON object")
 
 
 def _check_vllm_config_file(path: str) -> None:
