@@ -259,3 +259,15 @@ def test_hub_ids_and_missing_paths_are_not_local():
 def test_json_errors_keep_their_message():
     with pytest.raises(SpecDecodeConfigError, match=r"is not valid JSON \(Expecting"):
         load_json("{method: ngram", "s", "fix")
+
+
+def test_hostile_vllm_config_file_refused_before_vllms_yaml_load(tmp_path):
+    """vLLM's own `--config FILE` is YAML that vLLM's parser loads with `yaml.safe_load`."""
+    evil = tmp_path / "vllm.yaml"
+    evil.write_text(billion_laughs().replace("vllm:\n", "x:\n"))
+    for argv in (["--config", str(evil)], [f"--config={evil}"]):
+        with pytest.raises(SpecDecodeConfigError, match=r"vLLM --config .*:\d+ is refused"):
+            check_argv(argv)
+    fine = tmp_path / "ok.yaml"
+    fine.write_text("max-model-len: 64\n")
+    check_argv(["--config", str(fine), "--config", str(tmp_path / "missing.yaml")])
