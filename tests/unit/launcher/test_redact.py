@@ -80,3 +80,14 @@ def test_dry_run_hides_every_spelling(capsys, tmp_path):
     assert rc == 0 and plan is not None, err
     text = json.dumps(plan)
     assert "SECRET" not in text and "p@ss" not in text
+
+
+def test_vllms_parser_tells_which_values_feed_a_secret_destination():
+    """The values come from vLLM's parser itself (the spelling fallback is only for hosts
+    without vLLM): abbreviations, `_` spellings, `=` forms and nargs="+" as argparse reads them;
+    a value of another flag is never taken for a secret."""
+    from vllm_specdec_plugin.launcher.redact import _secret_values
+
+    argv = ["m", "--api-key", "K1", "K2", "--hf_tok", "T1", "--port", "8001",
+            "--served-model-name", "chat", "--max-model-len=64"]
+    assert _secret_values(argv, None) == {"K1", "K2", "T1"}
