@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 from vllm_specdec_plugin.core.decide import decide
@@ -28,6 +27,7 @@ from vllm_specdec_plugin.core.types import (
 from vllm_specdec_plugin.inputs.annotations import read_opt_in
 from vllm_specdec_plugin.inputs.checkpoint import inspect_checkpoint
 from vllm_specdec_plugin.inputs.engine_args import engine_request
+from vllm_specdec_plugin.inputs.files import local_path
 from vllm_specdec_plugin.inputs.kaito import read_kaito_request
 from vllm_specdec_plugin.inputs.presets import load_preset_table
 from vllm_specdec_plugin.inputs.vllm_caps import installed_capabilities
@@ -89,7 +89,7 @@ def _check_draft_path(decision: Decision) -> Decision:
     draft = (decision.speculative_config or {}).get("model")
     if not isinstance(draft, str) or not draft.startswith(("/", "./", "../", "~")):
         return decision
-    if Path(draft).expanduser().exists():
+    if local_path(draft, f"the draft model (speculative-config from {decision.source})"):
         return decision
     return replace(decision, enabled=False, errors=(
         f"the draft model {quote_value(draft)} (speculative-config from {decision.source}) "

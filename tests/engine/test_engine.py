@@ -61,6 +61,23 @@ def test_not_opted_in_is_invisible(tiny_llama, baseline, tmp_path):
     assert "specdec" not in off["log"] and "speculative decoding" not in off["log"]
 
 
+def test_shipped_manifest_with_the_annotation_removed_starts_without_speculation(tiny_llama,
+                                                                                 tmp_path):
+    """launch/k8s/deployment.yaml's env with the opt-in annotation removed: the downward API
+    sets KAITO_ENABLE_SPECULATIVE_DECODING to "", the annotations file has no opt-in key; the
+    engine starts with exactly vLLM's own config (it refused to start before)."""
+    from manifests import K8S, pod_view
+
+    env = pod_view(K8S / "deployment.yaml", tmp_path,
+                   {"kaito.sh/enable-speculative-decoding": None})
+    assert env["KAITO_ENABLE_SPECULATIVE_DECODING"] == ""
+    result = run_engine({"model": str(tiny_llama)}, [], clean_env(env, tmp_path),
+                        config_only=True)
+    assert "error" not in result, result.get("error")
+    assert result["speculative_config"] is None and result["decision"] is None
+    assert "speculative decoding" not in result["log"]
+
+
 def test_user_config_in_inference_config_wins(tiny_llama, tmp_path):
     config = tmp_path / "inference_config.yaml"
     config.write_text("vllm:\n  speculative-config: '{\"method\":\"ngram\","

@@ -108,8 +108,9 @@ def test_rbln_device_rules_in_explain_launcher_and_engine(extra_env, needle, tin
 
 def test_explain_without_vllm_reads_its_own_flags_the_same_way(monkeypatch, tmp_path):
     env = clean_env(OPT_IN, tmp_path)
-    args = ["--platform", "cpu", "--model", "m", "--served-model-name", "Qwen/Qwen3.5-4B",
-            "--no-async-scheduling"]
+    # a local model path: the served name names the preset (a hub id would decide itself)
+    args = ["--platform", "cpu", "--model", "/mnt/models/m", "--served-model-name",
+            "Qwen/Qwen3.5-4B", "--no-async-scheduling"]
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         cli.explain(args, env)

@@ -70,6 +70,8 @@ def decision_from_flags(
                 "installed here; install vllm or leave them out",))
         engine_args = argparse.Namespace(**{**vars(args), "model": model,
                                             "speculative_config": spec})
+    except SpecDecodeConfigError as exc:  # a flag vLLM's parser must not see (check_argv)
+        return Decision(False, SOURCE_OFF, platform=platform, errors=(exc.message,))
     return assemble(engine_args, env, platform, device_name,
                     overrides=overrides).decision
 

@@ -6,26 +6,41 @@ Fetching and printing only; the figures and the verdict come from `status_text.p
 from __future__ import annotations
 
 import argparse
+import base64
+import contextlib
+import http.client
+import math
+import socket
 import sys
+import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 
 from vllm_specdec_plugin.cli.status_text import (
     Counters,
     Status,
+    iter_metrics,
     iter_windows,
-    parse_metrics,
     read_counters,
     render_text,
     status_of,
 )
+from vllm_specdec_plugin.core.errors import quote_value
+from vllm_specdec_plugin.core.limits import (
+    MAX_METRICS_BYTES,
+    MAX_REDIRECTS,
+    MAX_WATCH_S,
+    MIN_WATCH_S,
+    SCRAPE_DEADLINE_S,
+    printable,
+)
 
 EXIT_OK, EXIT_UNREACHABLE, EXIT_INVALID = 0, 1, 2
 DEFAULT_URL = "http://localhost:8000"
-FETCH_TIMEOUT_S = 10.0
+FETCH_TIMEOUT_S = SCRAPE_DEADLINE_S
+_REDIRECTS = (301, 302, 303, 307, 308)
+_CHUNK = 65536
 
 
 class StatusError(Exception):
@@ -33,39 +48,171 @@ class StatusError(Exception):
 
 
 def metrics_url(url: str) -> str:
-    """`URL/metrics` for a server address (with or without scheme or the /metrics path)."""
+    """`URL/metrics` for a server address (with or without scheme or the /metrics path).
+
+    Credentials in the address (`http://user:password@host`) are kept for `fetch`, which
+    sends them as HTTP basic auth; no message ever shows them (`shown_url`). An address that
+    is not a plain http(s) URL is a ValueError whose message says so.
+    """
     text = url.strip()
     if "://" not in text:
         text = "http://" + text
-    parts = urllib.parse.urlsplit(text)
+    example = f"give the server's address, e.g. {DEFAULT_URL}"
+    if any(not ch.isprintable() or ch.isspace() for ch in text):
+        raise ValueError(f"--url {quote_value(shown_url(url))} contains a space or a control "
+                         f"character; {example}")
+    try:
+        parts = urllib.parse.urlsplit(text)
+    except ValueError as exc:  # "Invalid IPv6 URL"
+        raise ValueError(f"--url {quote_value(shown_url(url))} is not a URL ({exc}); "
+                         f"{example}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"--url {url!r} is not an http(s) address; give the server's address, "
-                         f"e.g. {DEFAULT_URL}")
+        raise ValueError(f"--url {quote_value(shown_url(url))} is not an http(s) address; "
+                         f"{example}")
+    try:
+        parts.port  # noqa: B018 - urllib checks the port only when it is read
+        parts.hostname.encode("idna")
+    except (ValueError, UnicodeError) as exc:
+        raise ValueError(f"--url {quote_value(shown_url(url))} has a bad host or port "
+                         f"({exc}); {example}") from None
     path = parts.path.rstrip("/")
     if not path.endswith("/metrics"):
         path += "/metrics"
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", ""))
 
 
+def shown_url(url: str) -> str:
+    """`url` as it may be printed: credentials replaced, control characters escaped."""
+    head, sep, rest = url.partition("://")
+    if not sep:
+        head, rest = "", head
+    authority_end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    authority = rest[:authority_end]
+    if "@" in authority:
+        rest = "***@" + rest[authority.rindex("@") + 1:]
+    return printable(f"{head}{sep}{rest}")
+
+
 def fetch(url: str, timeout: float = FETCH_TIMEOUT_S) -> str:
-    """The /metrics text at `url`, or a StatusError that says what went wrong."""
+    """The /metrics text at `url`, or a StatusError that says what went wrong.
+
+    One deadline for the whole scrape (connect, request, headers, body, redirects): a server
+    that trickles bytes cannot hold it longer, because a watchdog shuts the socket down at
+    the deadline. The body is read up to `MAX_METRICS_BYTES`; credentials in `url` go out as
+    HTTP basic auth, only to the host they were given for.
+    """
+    deadline = time.monotonic() + timeout
+    shown = shown_url(url)
+    for _ in range(MAX_REDIRECTS + 1):
+        status, reason, location, body = _get_once(url, deadline, shown, timeout)
+        if status in _REDIRECTS and location:
+            target = urllib.parse.urljoin(url, location)
+            if urllib.parse.urlsplit(target).scheme not in ("http", "https"):
+                raise StatusError(f"{shown} redirects to {quote_value(shown_url(target))}, "
+                                  "which is not http(s); point --url at the vLLM server")
+            if urllib.parse.urlsplit(target).hostname != urllib.parse.urlsplit(url).hostname:
+                target = _without_credentials(target)
+            url, shown = target, shown_url(target)
+            continue
+        if status != 200:
+            raise StatusError(f"{shown} answered HTTP {status} ({printable(reason[:80])}); "
+                              "point --url at the vLLM server's address")
+        return body.decode("utf-8", "replace")
+    raise StatusError(f"{shown} redirects more than {MAX_REDIRECTS} times; point --url at "
+                      "the vLLM server's address")
+
+
+def _without_credentials(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    netloc = parts.netloc.rpartition("@")[2]
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
+
+
+def _get_once(url: str, deadline: float, shown: str,
+              timeout: float) -> tuple[int, str, str | None, bytes]:
+    """One GET under the overall deadline: (status, reason, Location, body)."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    connection_type = (http.client.HTTPSConnection if parts.scheme == "https"
+                       else http.client.HTTPConnection)
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise StatusError(f"{shown} did not answer within {timeout:g} s; is the server "
+                          "overloaded, or the address a different service?")
+    headers = {"Accept": "text/plain", "Accept-Encoding": "identity",
+               "User-Agent": "vllm-specdec-status"}
+    if parts.username is not None or parts.password is not None:
+        user = urllib.parse.unquote(parts.username or "")
+        password = urllib.parse.unquote(parts.password or "")
+        token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+        headers["Authorization"] = f"Basic {token}"
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    connection = connection_type(host, parts.port, timeout=remaining)
+    expired = threading.Event()
+
+    def watchdog() -> None:
+        expired.set()
+        sock = connection.sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    timer = threading.Timer(remaining, watchdog)
+    timer.daemon = True
+    timer.start()
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
-            body: bytes = response.read()
-            return body.decode("utf-8", "replace")
-    except urllib.error.HTTPError as exc:
-        raise StatusError(f"{url} answered HTTP {exc.code} ({exc.reason}); point --url at the "
-                          "vLLM server's address") from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise StatusError(f"cannot reach {url} ({reason}); is the server running, and are the "
-                          "host and port right?") from None
+        connection.request("GET", path, headers=headers)
+        response = connection.getresponse()
+        body = _read_body(response, shown)
+        if expired.is_set():  # the watchdog ended the body early: not the whole answer
+            raise TimeoutError
+        return response.status, response.reason or "", response.getheader("Location"), body
+    except StatusError:
+        raise
+    except (http.client.HTTPException, OSError, ValueError) as exc:
+        if expired.is_set() or isinstance(exc, TimeoutError):
+            raise StatusError(f"{shown} did not answer within {timeout:g} s; is the server "
+                              "overloaded, or the address a different service?") from None
+        raise StatusError(_network_error(shown, exc)) from None
+    finally:
+        timer.cancel()
+        connection.close()
+
+
+def _read_body(response: http.client.HTTPResponse, shown: str) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        chunk = response.read(_CHUNK)
+        if not chunk:
+            if response.length:  # the connection closed before Content-Length was read
+                raise http.client.IncompleteRead(b"".join(chunks), response.length)
+            return b"".join(chunks)
+        size += len(chunk)
+        if size > MAX_METRICS_BYTES:
+            raise StatusError(f"{shown} answered more than {MAX_METRICS_BYTES} bytes; point "
+                              "--url at the vLLM server's /metrics")
+        chunks.append(chunk)
+
+
+def _network_error(shown: str, exc: BaseException) -> str:
+    """One line for a network or protocol failure (the exception's own words, escaped)."""
+    if isinstance(exc, http.client.HTTPException):
+        detail = f"{type(exc).__name__}: {printable(str(exc)[:120])}" if str(exc) else (
+            type(exc).__name__)
+        return (f"{shown} did not answer as an HTTP server ({detail}); is the address the "
+                "vLLM server's HTTP port?")
+    reason = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or exc
+    if isinstance(exc, socket.gaierror):
+        reason = f"host not found: {exc.strerror or exc}"
+    return (f"cannot reach {shown} ({printable(str(reason)[:160])}); is the server running, "
+            "and are the host and port right?")
 
 
 def scrape(url: str, fetcher: Callable[[str], str] = fetch) -> Counters:
-    counters = read_counters(parse_metrics(fetcher(url)))
+    counters = read_counters(iter_metrics(fetcher(url)))
     if not counters.engine_stats and counters.decision is None:
-        raise StatusError(f"{url} serves no vLLM metrics; is it a vLLM server?")
+        raise StatusError(f"{shown_url(url)} serves no vLLM metrics; is it a vLLM server?")
     return counters
 
 
@@ -91,13 +238,12 @@ def main(argv: Sequence[str], fetcher: Callable[[str], str] = fetch,
                     "acceptance and a verdict, from its /metrics.")
     parser.add_argument("--url", default=DEFAULT_URL, help=f"the server (default {DEFAULT_URL})")
     parser.add_argument("--json", action="store_true", help="print JSON")
-    parser.add_argument("--watch", type=float, metavar="SECONDS",
-                        help="refresh every SECONDS with figures over the last window")
+    parser.add_argument("--watch", type=watch_seconds, metavar="SECONDS",
+                        help="refresh every SECONDS with figures over the last window "
+                             f"({MIN_WATCH_S:g} to {MAX_WATCH_S:g})")
     parser.add_argument("--count", type=int, metavar="N",
                         help="with --watch: stop after N refreshes (default: until Ctrl-C)")
     args = parser.parse_args(argv)
-    if args.watch is not None and not args.watch > 0:
-        parser.error(f"--watch must be a positive number of seconds, got {args.watch:g}")
     if args.count is not None and (args.watch is None or args.count < 1):
         parser.error("--count needs --watch and a positive number")
     try:
@@ -119,6 +265,19 @@ def main(argv: Sequence[str], fetcher: Callable[[str], str] = fetch,
     except KeyboardInterrupt:
         pass
     return EXIT_OK
+
+
+def watch_seconds(text: str) -> float:
+    """`--watch`: a finite number of seconds between `MIN_WATCH_S` and `MAX_WATCH_S`."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or not MIN_WATCH_S <= value <= MAX_WATCH_S:
+        raise argparse.ArgumentTypeError(
+            f"must be a number of seconds from {MIN_WATCH_S:g} to {MAX_WATCH_S:g}, got "
+            f"{quote_value(text)}")
+    return value
 
 
 def show(status: Status, as_json: bool, indent: int | None) -> None:

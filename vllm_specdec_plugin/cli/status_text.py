@@ -8,12 +8,12 @@ included); per-position acceptance = accepted at position i / drafts.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 
+from vllm_specdec_plugin.core.limits import MAX_COUNTER, MAX_POSITIONS, ascii_decimal, printable
 from vllm_specdec_plugin.core.types import DECISION_METRIC, METHOD_NONE, SOURCE_PREFILL_ONLY
 
 DRAFTS = "vllm:spec_decode_num_drafts_total"
@@ -38,16 +38,22 @@ class Sample:
 
 def parse_metrics(text: str) -> list[Sample]:
     """The samples of a Prometheus text exposition; comments and malformed lines are skipped."""
-    samples = []
-    for raw in text.splitlines():
-        line = raw.strip()
+    return list(iter_metrics(text))
+
+
+def iter_metrics(text: str) -> Iterator[Sample]:
+    """The same, one sample at a time (a 16 MiB response is never held as objects)."""
+    start = 0
+    while start < len(text):
+        end = text.find("\n", start)
+        end = len(text) if end == -1 else end
+        line, start = text[start:end].strip(), end + 1
         if not line or line.startswith("#"):
             continue
         try:
-            samples.append(_parse_line(line))
+            yield _parse_line(line)
         except ValueError:
             continue
-    return samples
 
 
 def _parse_line(line: str) -> Sample:
@@ -107,21 +113,26 @@ class Counters:
     generation_tokens: float = 0.0
 
 
-def read_counters(samples: list[Sample]) -> Counters:
-    """The figures `status` needs from one scrape, summed over engines and models."""
+def read_counters(samples: Iterable[Sample]) -> Counters:
+    """The figures `status` needs from one scrape, summed over engines and models (one pass,
+    so `samples` may be `iter_metrics`)."""
     totals: dict[str, float] = {}
     positions: dict[int, float] = {}
+    names: set[str] = set()
     decision = None
     for sample in samples:
+        names.add(sample.name)
         if sample.name == DECISION_METRIC and sample.value == 1:
             decision = dict(sample.labels)
+        elif not math.isfinite(sample.value) or abs(sample.value) > MAX_COUNTER:
+            continue  # a NaN, infinite or absurd counter tells nothing to add up
         elif sample.name == ACCEPTED_PER_POSITION:
-            with contextlib.suppress(ValueError):  # a position label that is not a number
-                index = int(sample.labels.get("position", ""))
+            # ASCII digits below MAX_POSITIONS only: "100000000000" would size the list
+            index = ascii_decimal(sample.labels.get("position", ""), max_digits=6)
+            if index is not None and index < MAX_POSITIONS:
                 positions[index] = positions.get(index, 0.0) + sample.value
         else:
             totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
-    names = {sample.name for sample in samples}
     return Counters(
         decision=decision,
         speculation=DRAFTS in names,
@@ -178,14 +189,16 @@ class Status:
 
 def status_of(counters: Counters, window_s: float | None = None) -> Status:
     """Figures and verdict for cumulative counters, or for a window of `window_s` seconds."""
-    rate_out = (counters.generation_tokens / window_s) if window_s else None
+    rate_out = _finite(counters.generation_tokens / window_s) if window_s else None
     if not counters.speculation:
         return Status(counters.decision, None, None, None, None, None, None,
                       _verdict_without_speculation(counters), window_s, rate_out)
     drafts = counters.drafts
-    rate = counters.accepted_tokens / counters.draft_tokens if counters.draft_tokens else None
-    length = 1 + counters.accepted_tokens / drafts if drafts else None
-    per_position = [round(a / drafts, 4) for a in counters.per_position] if drafts else []
+    rate = _finite(counters.accepted_tokens / counters.draft_tokens
+                   if counters.draft_tokens else None)
+    length = _finite(1 + counters.accepted_tokens / drafts if drafts else None)
+    per_position = [round(_finite(a / drafts) or 0.0, 4)
+                    for a in counters.per_position] if drafts else []
     return Status(
         decision=counters.decision,
         drafts=round(drafts),
@@ -198,6 +211,12 @@ def status_of(counters: Counters, window_s: float | None = None) -> Status:
         window_s=window_s,
         output_tokens_per_s=None if rate_out is None else round(rate_out, 2),
     )
+
+
+def _finite(value: float | None) -> float | None:
+    """A figure fit to print and to write as JSON (a hostile server's counters can make a
+    ratio overflow to infinity)."""
+    return value if value is not None and math.isfinite(value) else None
 
 
 def _verdict_without_speculation(counters: Counters) -> str:
@@ -249,7 +268,8 @@ def render_text(status: Status) -> str:
         ]
     rows.append(("verdict", status.verdict))
     width = max(len(name) for name, _ in rows) + 1
-    return "\n".join(f"{name + ':':<{width}} {value}" for name, value in rows)
+    # Label values come from the server: control characters (ESC sequences) are escaped.
+    return "\n".join(f"{name + ':':<{width}} {printable(value)}" for name, value in rows)
 
 
 def describe_decision(decision: Mapping[str, str] | None) -> str:

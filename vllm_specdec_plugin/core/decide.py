@@ -7,6 +7,7 @@ No I/O, no vLLM import: `assembly` gathers the inputs, calls `decide`, and the e
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,10 +15,11 @@ from vllm_specdec_plugin.core.errors import quote_value
 from vllm_specdec_plugin.core.methods import (
     ADAPTIVE_FALLBACK,
     FALLBACKS,
+    NGRAM_FALLBACK,
     PROMISED_METHODS,
     method_spec,
 )
-from vllm_specdec_plugin.core.presets import PresetTable
+from vllm_specdec_plugin.core.presets import PresetTable, TunedPreset
 from vllm_specdec_plugin.core.schedule import break_points, load_aware_schedule
 from vllm_specdec_plugin.core.settings import ANNOTATION_KEY, FALLBACK_NAMES, RUNTIME_KEY
 from vllm_specdec_plugin.core.types import (
@@ -86,7 +88,7 @@ def decide(
                 "speculative decoding; it helps decode only, and a proposer here would cost "
                 "memory and setup for nothing (the decode instances get it)",))
         source, config, preset_name = _automatic_choice(kaito, engine, caps, presets,
-                                                        candidates, errors)
+                                                        candidates, errors, warnings)
 
     notes: list[str] = []
     errors += _config_errors(config, source, caps)
@@ -199,6 +201,7 @@ def _pipeline_errors(method: str | None, engine: EngineRequest, caps: PlatformCa
 def _automatic_choice(
     kaito: KaitoRequest, engine: EngineRequest, caps: PlatformCapabilities,
     presets: PresetTable, candidates: tuple[str | None, ...], errors: list[str],
+    warnings: list[str],
 ) -> tuple[Source, dict[str, Any], str | None]:
     """The opted-in choice when the user set no config, best first."""
     target = engine.checkpoint
@@ -208,10 +211,15 @@ def _automatic_choice(
         config = {"method": target.speculators_method, "model": target.path,
                   "num_speculative_tokens": target.speculators_tokens}
         return SOURCE_SPECULATORS, {k: v for k, v in config.items() if v is not None}, preset
-    match = presets.find(candidates)
+    match = _tuned_preset(kaito, engine, presets, warnings)
     if match is not None:
         tuned, matched = match
-        return SOURCE_TUNED, dict(tuned.speculative_config), matched
+        config = dict(tuned.speculative_config)
+        missing = _missing_target_layers(config, target)
+        if missing is None:
+            return SOURCE_TUNED, config, matched
+        warnings.append(f"tuned preset {tuned.name!r} (matched by {quote_value(matched)}) "
+                        f"{missing}: using the next choice instead")
     if target is not None and target.mtp_layers > 0:
         return SOURCE_CHECKPOINT_MTP, {"method": "mtp", "num_speculative_tokens": 1}, preset
     if kaito.draft is not None and kaito.draft.draft_method is not None:
@@ -234,6 +242,52 @@ def _automatic_choice(
                       f"method, which {_engine_name(caps)} does not run; use "
                       f"VLLM_SPECDEC_FALLBACK={others}")
     return fallback.source, dict(fallback.config), preset
+
+
+def _tuned_preset(kaito: KaitoRequest, engine: EngineRequest, presets: PresetTable,
+                  warnings: list[str]) -> tuple[TunedPreset, str] | None:
+    """The tuned preset for this engine, decided from the model first, as KAITO decides.
+
+    KAITO_PRESET_NAME first (KAITO's own preset), then --model, then --served-model-name. A
+    served name is only a name: when --model is a Hugging Face repo id (no local checkpoint)
+    and the served name would pick another preset than the model does, the model decides,
+    with a warning; the served name picks the preset only for a local checkpoint, or with no
+    --model at all.
+    """
+    if kaito.preset:
+        match = presets.find([kaito.preset])
+        if match is not None:
+            return match
+    by_model = presets.find([engine.model])
+    by_name = presets.find(engine.served_model_names)
+    if by_name is None or (by_model is not None and by_model[0] is by_name[0]):
+        return by_model or by_name
+    if engine.model and _is_hub_id(engine.model, engine.checkpoint):
+        chosen = (f"its preset {by_model[0].name!r}" if by_model is not None
+                  else "no tuned preset (the draft-free choice)")
+        warnings.append(
+            f"--served-model-name {quote_value(by_name[1])} names the tuned preset "
+            f"{by_name[0].name!r}, but --model {quote_value(engine.model)} is another model: "
+            f"the model decides ({chosen}); set KAITO_PRESET_NAME to choose a preset yourself")
+        return by_model
+    return by_model or by_name
+
+
+def _is_hub_id(model: str, checkpoint: CheckpointInfo | None) -> bool:
+    """A Hugging Face repo id (`org/name` or `name`), not a local checkpoint."""
+    return checkpoint is None and not model.startswith(("/", ".", "~")) and model.count("/") <= 1
+
+
+def _missing_target_layers(config: Mapping[str, Any],
+                           target: CheckpointInfo | None) -> str | None:
+    """Why a tuned config cannot run on this local target: an MTP config (no `model`: the
+    target's own layers) for a checkpoint whose config.json declares no MTP layers."""
+    spec = method_spec(config.get("method"))
+    if (spec is None or spec.proposer != "target-layers" or config.get("model")
+            or target is None or target.mtp_layers > 0):
+        return None
+    return (f"runs {spec.name!r} on the target's own MTP layers, but the local checkpoint "
+            f"{quote_value(target.path)} declares none in its config.json")
 
 
 def _opt_in_error(annotation: Annotation) -> str:
@@ -274,12 +328,36 @@ def _config_errors(config: Mapping[str, Any], source: str,
             f"{where}: method {method!r} needs a draft checkpoint; add \"model\": "
             "\"<draft repo id or path>\", or use a draft-free method (ngram, suffix)"
         )
+    elif config.get("num_speculative_tokens") is None and _needs_tokens(method, draft):
+        example = dict(NGRAM_FALLBACK) if method == "ngram" else {
+            "method": method, "num_speculative_tokens": _example_tokens(method)}
+        errors.append(
+            f"{where}: method {method!r} needs num_speculative_tokens"
+            + ("" if _tokens_rule(method) == "always" else " when no `model` is given")
+            + " (vLLM has no default for it and refuses to start); add it, e.g. "
+            + json.dumps(example)
+        )
     elif method == "suffix" and not caps.suffix_available:
         errors.append(
             f"{where}: method 'suffix' needs the arctic_inference package, which is not "
             "installed; pip install arctic-inference (or the plugin's [suffix] extra)"
         )
     return errors
+
+
+def _tokens_rule(method: str) -> str:
+    spec = method_spec(method)
+    return spec.tokens_required if spec is not None else "never"
+
+
+def _needs_tokens(method: str, draft: object) -> bool:
+    rule = _tokens_rule(method)
+    return rule == "always" or (rule == "without-model" and not draft)
+
+
+def _example_tokens(method: str) -> int:
+    spec = method_spec(method)
+    return (spec.default_tokens if spec is not None else None) or 1
 
 
 def _needs_draft(method: str) -> bool:

@@ -21,6 +21,7 @@ PROMISED_METHODS: tuple[PromisedMethod, ...] = get_args(PromisedMethod)
 
 Proposer = Literal["draft-free", "draft-checkpoint", "target-layers", "hidden-states"]
 ScheduleFamily = Literal["draft-free", "model"]
+TokensRequired = Literal["always", "without-model", "never"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,12 @@ class MethodSpec:
     """A Python package the method needs besides vLLM."""
     default_tokens: int | None = None
     """The plugin's num_speculative_tokens when it picks this method with a draft."""
+    tokens_required: TokensRequired = "without-model"
+    """When vLLM refuses a config of this method without `num_speculative_tokens` (vLLM 0.32
+    `SpeculativeConfig`: "num_speculative_tokens must be provided ..."): "always" (no default
+    at all: ngram, custom_class, extract_hidden_states), "without-model" (a draft or target
+    checkpoint named by `model` may supply it, as `n_predict` or DSpark's block size), "never"
+    (suffix defaults it to `suffix_decoding_max_tree_depth`)."""
 
     @property
     def needs_draft_checkpoint(self) -> bool:
@@ -64,9 +71,10 @@ class MethodSpec:
 
 
 METHODS: Mapping[str, MethodSpec] = {spec.name: spec for spec in (
-    MethodSpec("ngram", "draft-free", on_rbln=True, known_offline=True, schedule_on_v1=True),
+    MethodSpec("ngram", "draft-free", on_rbln=True, known_offline=True, schedule_on_v1=True,
+               tokens_required="always"),
     MethodSpec("suffix", "draft-free", on_rbln=True, known_offline=True,
-               needs_package="arctic_inference"),
+               needs_package="arctic_inference", tokens_required="never"),
     MethodSpec("eagle", "draft-checkpoint", "model", draft_architecture="eagle", on_rbln=True,
                known_offline=True, async_offline=True, schedule_on_v1=True, default_tokens=3),
     MethodSpec("eagle3", "draft-checkpoint", "model", draft_architecture="eagle3", on_rbln=True,
@@ -81,11 +89,12 @@ METHODS: Mapping[str, MethodSpec] = {spec.name: spec for spec in (
     MethodSpec("draft_model", "draft-checkpoint", "model", known_offline=True,
                async_offline=True, async_by_name=True, schedule_on_v1=True),
     MethodSpec("mlp_speculator", "draft-checkpoint", "model", known_offline=True),
-    MethodSpec("custom_class", "draft-free", known_offline=True),
+    MethodSpec("custom_class", "draft-free", known_offline=True, tokens_required="always"),
     MethodSpec("dflash", "hidden-states", "model", on_rbln=True, async_by_name=True,
                schedule_on_v1=True, aux_hidden_states=True),
     MethodSpec("dspark", "hidden-states", "model", async_by_name=True, aux_hidden_states=True),
-    MethodSpec("extract_hidden_states", "hidden-states", "model", aux_hidden_states=True),
+    MethodSpec("extract_hidden_states", "hidden-states", "model", aux_hidden_states=True,
+               tokens_required="always"),
 )}
 
 

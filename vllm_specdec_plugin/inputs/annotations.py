@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from vllm_specdec_plugin.core.errors import SpecDecodeConfigError, quote_value
+from vllm_specdec_plugin.core.limits import MAX_ANNOTATIONS_BYTES
 from vllm_specdec_plugin.core.settings import (
     ANNOTATION_KEY,
     ENV_ANNOTATION,
@@ -16,7 +17,7 @@ from vllm_specdec_plugin.core.settings import (
     RUNTIME_KEY,
 )
 from vllm_specdec_plugin.core.types import Annotation
-from vllm_specdec_plugin.inputs.files import MAX_ANNOTATIONS_BYTES, read_input_file
+from vllm_specdec_plugin.inputs.files import read_input_file
 
 DEFAULT_ANNOTATIONS_FILE = "/etc/podinfo/annotations"
 
@@ -83,7 +84,8 @@ def parse_annotations(text: str, source: str, keys: tuple[str, ...]) -> dict[str
 
     Lines of other annotations are never an error: the pod's other annotations are written by
     many hands and are none of this plugin's business. A malformed or conflicting line for one
-    of `keys` is an error naming the file and line.
+    of `keys`, or one holding bytes that are not UTF-8 (the file is read with
+    `surrogateescape`), is an error naming the file and line.
     """
     found: dict[str, tuple[str, int]] = {}
     for lineno, line in enumerate(text.splitlines(), start=1):
@@ -92,6 +94,12 @@ def parse_annotations(text: str, source: str, keys: tuple[str, ...]) -> dict[str
         if key not in keys:
             continue
         where = f"{source}:{lineno}"
+        bad = next((i for i, ch in enumerate(line) if "\udc80" <= ch <= "\udcff"), None)
+        if bad is not None:  # bytes that are not UTF-8 (read with surrogateescape)
+            raise SpecDecodeConfigError(
+                f"annotation {key} in {where} is not UTF-8 text (byte "
+                f"0x{ord(line[bad]) - 0xdc00:02x} at column {bad + 1}); the kubelet writes "
+                f"UTF-8: write it as {key}=\"true\"")
         if not sep:
             raise SpecDecodeConfigError(
                 f"annotation {key} in {where} has no value: expected {key}=\"true\" or "
@@ -122,15 +130,20 @@ def read_annotations_file(environ: Mapping[str, str]) -> tuple[dict[str, str], s
     """
     text, path = read_input_file(environ, ENV_ANNOTATIONS_FILE, DEFAULT_ANNOTATIONS_FILE,
                                  MAX_ANNOTATIONS_BYTES, "the downward-API annotations file",
-                                 unreadable_default_ok=True)
+                                 unreadable_default_ok=True, strict_utf8=False)
     if text is None:
         return {}, path
     return parse_annotations(text, path, (ANNOTATION_KEY, RUNTIME_KEY)), path
 
 
 def read_annotation(environ: Mapping[str, str], key: str, env_name: str) -> Annotation:
-    """One annotation: its env variable (a downward-API fieldRef) wins over the file."""
-    if env_name in environ:
+    """One annotation: its env variable (a downward-API fieldRef) wins over the file.
+
+    An empty env value means "not set": Kubernetes sets a `fieldRef` env variable to "" when
+    the pod lacks the annotation, so the file decides (where an absent key means off). An
+    empty value written in the file itself is a value, refused as KAITO refuses it.
+    """
+    if environ.get(env_name):
         return Annotation(environ[env_name], f"env {env_name}")
     annotations, path = read_annotations_file(environ)
     return Annotation(annotations.get(key), f"annotations file {path}")

@@ -8,12 +8,14 @@ the same arguments always give the same decision (`assembly`).
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from vllm_specdec_plugin.core.errors import SpecDecodeConfigError, quote_value
+from vllm_specdec_plugin.core.limits import MAX_CONFIG_BYTES, MAX_DEPTH, decode_text, json_depth
 from vllm_specdec_plugin.core.types import EngineRequest
+from vllm_specdec_plugin.inputs.files import load_json, load_yaml, read_bounded
 from vllm_specdec_plugin.inputs.inference_config import parse_speculative_config
 
 # vLLM's --spec-* flags: (EngineArgs attribute, flag, speculative-config key).
@@ -53,8 +55,8 @@ def kv_role_of(args: Any) -> str | None:
     config = getattr(args, "kv_transfer_config", None)
     if isinstance(config, str):
         try:
-            config = json.loads(config)
-        except json.JSONDecodeError:
+            config = load_json(config, "--kv-transfer-config", "")
+        except SpecDecodeConfigError:
             return None  # vLLM reports its own flag's bad JSON
     if isinstance(config, Mapping):
         role = config.get("kv_role", config.get("kv-role"))
@@ -94,9 +96,43 @@ def vllm_serve_parser() -> argparse.ArgumentParser:
     return ServeSubcommand().subparser_init(parser.add_subparsers(dest="subparser"))
 
 
+def check_argv(argv: Sequence[str]) -> None:
+    """Refuse, before vLLM's parser sees them, flag values whose JSON nests deeper than
+    `MAX_DEPTH` (vLLM's `json.loads` of a dict-valued flag, `--speculative-config`,
+    `--kv-transfer-config`, `--x.y` dotted forms, ... would end in a RecursionError), and a
+    vLLM `--config FILE` over the YAML bounds."""
+    for number, item in enumerate(argv, start=1):
+        if item == "--config" and number < len(argv):
+            _check_vllm_config_file(argv[number])
+        elif item.startswith("--config="):
+            _check_vllm_config_file(item.split("=", 1)[1])
+        if "[" not in item and "{" not in item:
+            continue
+        depth = json_depth(item.split("=", 1)[1] if item.startswith("-") and "=" in item
+                           else item)
+        if depth > MAX_DEPTH:
+            raise SpecDecodeConfigError(
+                f"vLLM argument {number} ({quote_value(item, 40)}) is refused: its JSON nests "
+                f"{depth} levels deep (at most {MAX_DEPTH}); write the flag's value as a flat "
+                "JSON object")
+
+
+def _check_vllm_config_file(path: str) -> None:
+    """vLLM's own `--config FILE` (YAML it turns into flags): read here with the same bounds as
+    KAITO's config first, so a hostile file is refused before vLLM's `yaml.safe_load` expands
+    it. A file that cannot be read is left to vLLM to report."""
+    try:
+        data = read_bounded(Path(path), MAX_CONFIG_BYTES)
+    except (OSError, ValueError):
+        return
+    source = f"vLLM --config {quote_value(path)}"
+    load_yaml(decode_text(data, source, "write it as UTF-8"), source, "fix the file")
+
+
 def parse_vllm_serve(model: str | None, argv: Sequence[str],
                      parser: argparse.ArgumentParser | None = None) -> argparse.Namespace:
     """`vllm serve MODEL ARGV` as vLLM parses it (`-tp 2`, `--speculative_config`, ...)."""
+    check_argv(argv)
     parser = parser or vllm_serve_parser()
     args = parser.parse_args([model, *argv] if model else list(argv))
     if getattr(args, "model_tag", None):
@@ -106,6 +142,7 @@ def parse_vllm_serve(model: str | None, argv: Sequence[str],
 
 def given_flags(argv: Sequence[str], flags: Sequence[str]) -> set[str]:
     """Which of `flags` (long forms) `argv` sets, by any spelling vLLM's parser accepts."""
+    check_argv(argv)
     parser = vllm_serve_parser()
     unset = object()
     dests = {}

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from vllm_specdec_plugin.core.errors import SpecDecodeConfigError, quote_value
+from vllm_specdec_plugin.core.limits import MAX_CONFIG_BYTES
 from vllm_specdec_plugin.core.settings import ENV_INFERENCE_CONFIG
-from vllm_specdec_plugin.inputs.files import MAX_CONFIG_BYTES, load_yaml, read_input_file
+from vllm_specdec_plugin.inputs.files import check_plain, load_json, load_yaml, read_input_file
 
 DEFAULT_INFERENCE_CONFIG = "/mnt/config/inference_config.yaml"
 SPECULATIVE_CONFIG_KEYS = ("speculative-config", "speculative_config")
@@ -62,27 +62,30 @@ def parse_inference_config(text: str, path: str) -> InferenceConfig:
     return InferenceConfig(path, section, spec)
 
 
+SPECULATIVE_CONFIG_FIX = ('write it as a JSON object such as '
+                          '\'{"method":"ngram","num_speculative_tokens":5}\'')
+
+
 def parse_speculative_config(value: object, source: str) -> dict[str, Any]:
-    """A user's speculative config: a JSON object string or a mapping, keys normalised to `_`."""
+    """A user's speculative config: a JSON object string or a mapping, keys normalised to `_`.
+
+    Text goes through the bounded JSON parser (`inputs/files.py`); a mapping (from vLLM's own
+    parser, `LLM(speculative_config=...)` or YAML) is checked against the same bounds.
+    """
     if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as exc:
-            raise SpecDecodeConfigError(
-                f"{source} is not valid JSON ({exc.msg} at char {exc.pos}): "
-                f"{quote_value(value)}; write it as a JSON object such as "
-                '\'{"method":"ngram","num_speculative_tokens":5}\''
-            ) from None
+        value = load_json(value, source, SPECULATIVE_CONFIG_FIX)
     if not isinstance(value, dict):
         raise SpecDecodeConfigError(
             f"{source} must be a JSON object (a mapping of speculative-config keys), got "
             f"{type(value).__name__} {quote_value(value)}"
         )
+    check_plain(value, source, SPECULATIVE_CONFIG_FIX)
     normalised: dict[str, Any] = {}
     for key, item in value.items():
         name = str(key).replace("-", "_")
         if name in normalised:
             raise SpecDecodeConfigError(
-                f"{source} sets {name} twice (as {name!r} and {str(key)!r}); keep one")
+                f"{source} sets {name} twice (as {quote_value(name)} and {quote_value(str(key))}); "
+                "keep one")
         normalised[name] = item
     return normalised

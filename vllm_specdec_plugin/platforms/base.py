@@ -8,15 +8,19 @@ one `Platform` subclass, and one line in `platforms/__init__.py`'s registry.
 
 from __future__ import annotations
 
+import os
 import re
+import selectors
 import shutil
 import subprocess
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from vllm_specdec_plugin.core.errors import SpecDecodeConfigError, quote_value
+from vllm_specdec_plugin.core.limits import MAX_TOOL_OUTPUT_BYTES, decode_text
 from vllm_specdec_plugin.core.types import EngineRequest, PlatformCapabilities
 from vllm_specdec_plugin.inputs.vllm_caps import pipeline_refusals, static_schedule_reasons
 
@@ -91,15 +95,64 @@ class Platform:
 
 
 def run_tool(tool: str, args: list[str], path_env: str | None) -> str | None:
+    """What `tool args` prints, or None when it is not on PATH, fails or hangs.
+
+    Its output is bounded (`MAX_TOOL_OUTPUT_BYTES`, read as it comes, so an endless printer
+    costs nothing) and must be UTF-8; either bound broken is refused naming the tool.
+    """
     exe = shutil.which(tool, path=path_env)
     if exe is None:
         return None
+    command = " ".join([tool, *args])
     try:
-        done = subprocess.run([exe, *args], capture_output=True, text=True,
-                              timeout=_TOOL_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired):
+        proc = subprocess.Popen([exe, *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL)
+    except (OSError, ValueError):
         return None
-    return done.stdout if done.returncode == 0 else None
+    try:
+        data = _read_output(proc, time.monotonic() + _TOOL_TIMEOUT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+    if data is None:
+        return None
+    if len(data) > MAX_TOOL_OUTPUT_BYTES:
+        raise SpecDecodeConfigError(
+            f"{command} printed more than {MAX_TOOL_OUTPUT_BYTES} bytes; fix the device tools "
+            f"or take {quote_value(exe)} off PATH")
+    if proc.returncode != 0:
+        return None
+    return decode_text(data, f"the output of {command}",
+                       f"fix the device tools or take {quote_value(exe)} off PATH")
+
+
+def _read_output(proc: subprocess.Popen[bytes], deadline: float) -> bytes | None:
+    """Up to `MAX_TOOL_OUTPUT_BYTES` + 1 bytes of `proc`'s stdout until it ends; None when the
+    deadline passes first."""
+    assert proc.stdout is not None
+    chunks: list[bytes] = []
+    size = 0
+    with selectors.DefaultSelector() as selector:
+        selector.register(proc.stdout, selectors.EVENT_READ)
+        while size <= MAX_TOOL_OUTPUT_BYTES:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not selector.select(remaining):
+                return None
+            chunk = os.read(proc.stdout.fileno(), 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    if size <= MAX_TOOL_OUTPUT_BYTES:
+        remaining = deadline - time.monotonic()
+        try:
+            proc.wait(max(remaining, 0))
+        except subprocess.TimeoutExpired:
+            return None
+    return b"".join(chunks)
 
 
 def numbered(directory: Path, prefix: str) -> list[str]:

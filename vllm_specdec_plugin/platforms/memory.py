@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from vllm_specdec_plugin.core.limits import ascii_decimal
+from vllm_specdec_plugin.inputs.files import read_host_text
+
 CGROUP_UNLIMITED = 1 << 60  # cgroup v1 writes "no limit" as a huge page-rounded number
 
 
@@ -39,12 +42,13 @@ def _gib(size: int) -> str:
 
 
 def _meminfo_available(path: Path) -> int | None:
-    try:
-        for line in path.read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
+    """MemAvailable in bytes; None when the file or the figure cannot be read as the kernel
+    writes it (ASCII digits, then kB)."""
+    for line in (read_host_text(path) or "").splitlines():
+        if line.startswith("MemAvailable:"):
+            fields = line.split()
+            kib = ascii_decimal(fields[1]) if len(fields) > 1 else None
+            return kib * 1024 if kib is not None else None
     return None
 
 
@@ -60,7 +64,7 @@ def cgroup_memory_limit(root: Path) -> tuple[int, str] | None:
     name = "memory.max" if v2 else "memory.limit_in_bytes"
     relative = _self_cgroup(root, "" if v2 else "memory")
     leaf = mount / relative.strip("/") if relative else mount
-    if not leaf.is_dir():
+    if ".." in leaf.relative_to(mount).parts or not _is_dir(leaf):
         leaf = mount
     tightest = None
     for directory in (leaf, *leaf.parents):
@@ -72,13 +76,19 @@ def cgroup_memory_limit(root: Path) -> tuple[int, str] | None:
     return tightest
 
 
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except (OSError, ValueError):  # a name too long for the file system, a NUL byte
+        return False
+
+
 def _self_cgroup(root: Path, controller: str) -> str | None:
     """This process's cgroup path for `controller` ("" for v2's unified line)."""
-    try:
-        lines = (root / "proc/self/cgroup").read_text().splitlines()
-    except OSError:
+    text = read_host_text(root / "proc/self/cgroup")
+    if text is None:
         return None
-    for line in lines:
+    for line in text.splitlines():
         parts = line.split(":", 2)
         if len(parts) != 3:
             continue
@@ -89,11 +99,7 @@ def _self_cgroup(root: Path, controller: str) -> str | None:
 
 
 def _read_limit(path: Path) -> int | None:
-    try:
-        text = path.read_text().strip()
-    except OSError:
-        return None
-    if not text.isdigit():
-        return None  # "max": no limit
-    value = int(text)
-    return value if 0 < value < CGROUP_UNLIMITED else None
+    """A cgroup limit in bytes; None for "max", an unreadable file or anything that is not a
+    number in ASCII digits ("²" passes `str.isdigit`, a 0xff byte is not text)."""
+    value = ascii_decimal(read_host_text(path) or "", max_digits=20)
+    return value if value is not None and 0 < value < CGROUP_UNLIMITED else None

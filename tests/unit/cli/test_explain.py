@@ -44,3 +44,18 @@ def test_explain_not_opted_in_reads_no_broken_file(tmp_path):
                         "VLLM_SPECDEC_PRESETS_FILE": str(broken),
                         "KAITO_ENABLE_SPECULATIVE_DECODING": "false"})
     assert done.returncode == 0 and json.loads(done.stdout)["enabled"] is False
+
+
+def test_explain_refuses_hostile_flags_with_one_line(tmp_path):
+    """Deep JSON in --speculative-config or in a vLLM flag after `--`, NaN, a huge integer: exit
+    2 and the refusal, never a RecursionError / ValueError traceback."""
+    deep = "[" * 30_000 + "]" * 30_000
+    base = ("--annotation", "true", "--model", "m", "--platform", "cpu")
+    for extra in (("--speculative-config", '{"method": "ngram", "x": ' + deep + "}"),
+                  ("--speculative-config", '{"method": "ngram", "prompt_lookup_max": NaN}'),
+                  ("--speculative-config", '{"num_speculative_tokens": ' + "9" * 5001 + "}"),
+                  ("--", "--kv-transfer-config", deep)):
+        done = explain(*base, *extra)
+        assert done.returncode == 2, done.stderr[-2000:]
+        assert "refused" in done.stderr and "Traceback" not in done.stderr
+        assert json.loads(done.stdout)["errors"]

@@ -345,3 +345,77 @@ def test_schedule_off_cases():
     decision = run(caps=CPU)  # a vLLM without the schedule
     assert decision.speculative_config == dict(NGRAM_FALLBACK)
     assert any("no num_speculative_tokens_per_batch_size" in n for n in decision.notes)
+
+
+# --- the preset is the model's, not the served name's (issue 20) -----------------------------
+LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
+MTP_K1 = {"method": "mtp", "num_speculative_tokens": 1}
+
+
+def test_served_name_of_a_tuned_preset_does_not_override_a_hub_model():
+    """An InferenceSet named deepseek-r1-0528 serving Llama: the model decides, with a warning."""
+    decision = run(model=LLAMA, served_model_names=("deepseek-r1-0528",))
+    assert decision.enabled and decision.source == SOURCE_FALLBACK
+    assert decision.speculative_config["method"] == "ngram"
+    (warning,) = [w for w in decision.warnings if "served-model-name" in w]
+    assert "'deepseek-r1-0528'" in warning and LLAMA in warning and "the model decides" in warning
+
+
+def test_hub_model_of_another_tuned_preset_wins_over_the_served_name():
+    decision = run(model="Qwen/Qwen3.5-4B", served_model_names=("deepseek-r1-0528",))
+    assert decision.source == SOURCE_TUNED and decision.preset == "Qwen/Qwen3.5-4B"
+    assert any("its preset 'Qwen/Qwen3.5-4B'" in w for w in decision.warnings)
+
+
+def test_served_name_agreeing_with_the_model_gives_no_warning():
+    decision = run(model="deepseek-ai/DeepSeek-R1-0528", served_model_names=("deepseek-r1-0528",))
+    assert decision.source == SOURCE_TUNED and not decision.warnings
+
+
+def test_kaito_preset_name_decides_before_model_and_served_name():
+    decision = run(kaito=opted_in(preset="deepseek-r1-0528"), model=LLAMA,
+                   served_model_names=("Qwen/Qwen3.5-4B",))
+    assert decision.source == SOURCE_TUNED and decision.preset == "deepseek-r1-0528"
+
+
+def test_tuned_mtp_preset_on_a_local_checkpoint_without_mtp_layers_falls_back():
+    no_mtp = CheckpointInfo("/models/Qwen/Qwen3.5-4B", mtp_layers=0)
+    decision = run(model="/models/Qwen/Qwen3.5-4B", checkpoint=no_mtp)
+    assert decision.enabled and decision.source == SOURCE_FALLBACK
+    (warning,) = [w for w in decision.warnings if "MTP layers" in w]
+    assert "tuned preset 'Qwen/Qwen3.5-4B'" in warning and "declares none" in warning
+    with_mtp = replace(no_mtp, mtp_layers=1)
+    decision = run(model="/models/Qwen/Qwen3.5-4B", checkpoint=with_mtp)
+    assert decision.source == SOURCE_TUNED and decision.speculative_config == MTP_K1
+    # a served name on a local checkpoint still picks the preset; the layers are checked
+    decision = run(model="/mnt/models/x", served_model_names=("deepseek-r1-0528",),
+                   checkpoint=CheckpointInfo("/mnt/models/x"))
+    assert decision.source == SOURCE_FALLBACK and any("MTP layers" in w for w in decision.warnings)
+
+
+# --- num_speculative_tokens where vLLM has no default (issue 20) -----------------------------
+@pytest.mark.parametrize(("config", "ok"), [
+    ({"method": "ngram"}, False),
+    ({"method": "ngram", "prompt_lookup_max": 4}, False),
+    ({"method": "custom_class", "model": "pkg.Mod"}, False),
+    ({"method": "mtp"}, False),
+    ({"method": "mtp", "model": "/models/mtp-draft"}, True),
+    ({"method": "suffix"}, True),
+    ({"method": "ngram", "num_speculative_tokens": 3}, True),
+])
+def test_methods_vllm_refuses_without_num_speculative_tokens(config, ok):
+    caps = replace(CPU, suffix_available=True, methods=CPU.methods | {"custom_class"})
+    decision = run(caps=caps, speculative_config=config)
+    errors = [e for e in decision.errors if "needs num_speculative_tokens" in e]
+    assert bool(errors) is not ok, decision.errors
+    if config == {"method": "ngram"}:
+        assert errors[0].endswith('add it, e.g. {"method": "ngram", "num_speculative_tokens": 5, '
+                                  '"prompt_lookup_max": 4}')
+
+
+def test_the_tokens_rule_is_in_the_method_table():
+    from vllm_specdec_plugin.core.methods import METHODS
+
+    always = {name for name, spec in METHODS.items() if spec.tokens_required == "always"}
+    assert always == {"ngram", "custom_class", "extract_hidden_states"}
+    assert METHODS["suffix"].tokens_required == "never"

@@ -109,3 +109,40 @@ def test_prefill_only_instance_changes_nothing(env, tiny_llama, plugin_log):
     assert decision.source == "prefill-only" and snapshot(args) == before
     assert any(r.levelno == logging.INFO and "prefill-only" in r.getMessage()
                for r in plugin_log.records)
+
+
+@pytest.mark.parametrize("policy", ["fail", "serve-without"])
+@pytest.mark.parametrize("case", ["deep-json", "nan", "huge-int", "bad-checkpoint", "long-model",
+                                  "no-home", "billion-laughs"])
+def test_bad_input_is_refused_as_input_never_served_without(env, tiny_llama, tmp_path, policy,
+                                                            case, plugin_log):
+    """Each parser failure is the input's error (SpecDecodeConfigError naming it), not the
+    "plugin failed" path; so serve-without never serves a bad input without speculation."""
+    env.setenv("KAITO_ENABLE_SPECULATIVE_DECODING", "true")
+    env.setenv("VLLM_SPECDEC_ON_ERROR", policy)
+    model, spec = str(tiny_llama), None
+    if case == "deep-json":
+        spec = '{"method": "ngram", "x": ' + "[" * 30_000 + "]" * 30_000 + "}"
+    elif case == "nan":
+        spec = {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": float("nan")}
+    elif case == "huge-int":
+        spec = '{"method": "ngram", "num_speculative_tokens": ' + "9" * 5001 + "}"
+    elif case == "bad-checkpoint":
+        model = str(tmp_path)
+        (tmp_path / "config.json").write_text('{"architectures": 5}')
+    elif case == "long-model":
+        model = "m" * 300
+    elif case == "no-home":
+        model = "~nosuchuser-specdec/model"
+    else:
+        config = tmp_path / "inference_config.yaml"
+        config.write_text("vllm:\n  a: &a [1,1,1,1,1,1,1,1,1,1]\n" + "".join(
+            f"  {n}: &{n} [" + ",".join([f"*{p}"] * 10) + "]\n"
+            for p, n in zip("abcdefgh", "bcdefghi", strict=True)))
+        env.setenv("KAITO_INFERENCE_CONFIG", str(config))
+    args = EngineArgs(model=model)
+    args.speculative_config = spec
+    with pytest.raises(SpecDecodeConfigError) as exc:
+        apply_to_engine_args(args)
+    assert "plugin failed" not in exc.value.message
+    assert not any("WITHOUT speculative decoding" in r.getMessage() for r in plugin_log.records)

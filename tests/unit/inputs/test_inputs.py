@@ -118,3 +118,18 @@ def test_inference_config_file_missing_default_and_explicit(tmp_path):
 
 def test_parse_speculative_config_normalises_dashes():
     assert parse_speculative_config('{"prompt-lookup-max": 3}', "s") == {"prompt_lookup_max": 3}
+
+
+def test_empty_env_value_means_not_set_and_the_file_decides(tmp_path):
+    """Kubernetes sets a downward-API env var to "" when the annotation is absent."""
+    path = tmp_path / "annotations"
+    env = {"E": "", "KAITO_ANNOTATIONS_FILE": str(path)}
+    path.write_text('kaito.sh/runtime="vllm"\n')
+    annotation = read_annotation(env, ANNOTATION_KEY, "E")
+    assert annotation.value is None and annotation.opt_in == "off"
+    assert "annotations file" in annotation.source
+    path.write_text(f'{ANNOTATION_KEY}="true"\n')
+    assert read_annotation(env, ANNOTATION_KEY, "E").opt_in == "on"
+    path.write_text(f'{ANNOTATION_KEY}=""\n')  # written empty in the file: a value, refused
+    assert read_annotation(env, ANNOTATION_KEY, "E").opt_in == "invalid"
+    assert read_annotation({**env, "E": "false"}, ANNOTATION_KEY, "E").opt_in == "off"

@@ -295,3 +295,30 @@ def test_cpu_kv_cache_without_a_pod_limit_uses_the_node(capsys, tmp_path, limit)
     rc, plan, _ = dry_run(capsys, root, str(tmp_path / "bin"), "--model", "m", env=OPT_IN)
     assert plan["argv"][plan["argv"].index("--kv-cache-memory-bytes") + 1] == str(16 << 30)
     assert any("node MemAvailable 256.0 GiB" in n for n in plan["notes"]), plan["notes"]
+
+
+@pytest.mark.parametrize("manifest", ["deployment.yaml", "deployment-rbln.yaml"])
+def test_shipped_manifest_with_the_annotation_removed_serves_without_speculation(
+        capsys, tmp_path, manifest):
+    """The downward API sets the env var to "" when the annotation is absent: "not set", the
+    annotations file decides, and it has no opt-in key: off, exit 0 (it crash-looped before)."""
+    from manifests import K8S, pod_view
+
+    root, path = host_root(tmp_path, "cpu")
+    env = pod_view(K8S / manifest, tmp_path, {"kaito.sh/enable-speculative-decoding": None})
+    if "KAITO_ENABLE_SPECULATIVE_DECODING" in env or manifest == "deployment.yaml":
+        assert env["KAITO_ENABLE_SPECULATIVE_DECODING"] == ""
+    rc, plan, err = dry_run(capsys, root, path, "--model", "m", env=env)
+    assert rc == 0 and not plan["decision"]["enabled"] and not plan["decision"]["errors"], err
+    env = pod_view(K8S / manifest, tmp_path, {})  # as shipped: opted in
+    rc, plan, err = dry_run(capsys, root, path, "--model", "m", env=env)
+    assert rc == 0 and plan["decision"]["enabled"], err
+
+
+def test_empty_opt_in_written_in_the_annotations_file_is_still_refused(capsys, tmp_path):
+    from manifests import K8S, pod_view
+
+    root, path = host_root(tmp_path, "cpu")
+    env = pod_view(K8S / "deployment.yaml", tmp_path, {"kaito.sh/enable-speculative-decoding": ""})
+    rc, _, err = dry_run(capsys, root, path, "--model", "m", env=env)
+    assert rc == 2 and "is ''; allowed values are exactly" in err

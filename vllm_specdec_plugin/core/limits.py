@@ -1,0 +1,126 @@
+"""Every bound on outside input, in one place, and the pure checks that apply them.
+
+Outside input is whatever the plugin did not write itself: the downward-API annotations file,
+KAITO's inference config, the presets file, JSON in flags and in the config, a checkpoint's
+config.json, cgroup and /proc files, the device tools' output, a server's `/metrics` and the
+URLs given to `vllm-specdec status`. Each parser (`inputs/files.py`, `platforms/`, `cli/`) reads
+its bound here, so a bound is changed in one place and `docs/reliability.md` lists them all with
+their measured worst case. Pure: numbers and checks on text, no I/O.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+from vllm_specdec_plugin.core.errors import SpecDecodeConfigError
+
+KIB, MIB = 1024, 1024 * 1024
+
+# --- sizes: at most this much of each input is read ------------------------------------------
+MAX_ANNOTATIONS_BYTES = 256 * KIB
+"""Kubernetes caps all annotations of an object at 256 KiB."""
+MAX_CONFIG_BYTES = MIB
+"""KAITO's inference_config.yaml: a ConfigMap holds at most 1 MiB."""
+MAX_PRESETS_BYTES = MIB
+"""The user's presets file: a ConfigMap's size, like the config."""
+MAX_CHECKPOINT_CONFIG_BYTES = 4 * MIB
+"""A checkpoint's config.json (the largest multimodal ones are about 100 KiB)."""
+MAX_JSON_TEXT_BYTES = MIB
+"""One JSON value given as text: `--speculative-config`, the config's JSON string."""
+MAX_HOST_FILE_BYTES = 64 * KIB
+"""A cgroup or /proc file (memory.max, /proc/self/cgroup, /proc/meminfo: a few KiB)."""
+MAX_TOOL_OUTPUT_BYTES = MIB
+"""What `nvidia-smi -L` / `rbln-smi` may print (one line per device)."""
+MAX_METRICS_BYTES = 16 * MIB
+"""One `/metrics` response read by `vllm-specdec status`."""
+
+# --- structure -------------------------------------------------------------------------------
+MAX_DEPTH = 64
+"""Nesting of YAML and JSON collections (a speculative config nests 2 levels, config.json 4)."""
+MAX_YAML_NODES = 100_000
+"""YAML nodes of one document, each alias counted as the whole node it repeats."""
+MAX_YAML_EXPANDED_CHARS = 4 * MIB
+"""Scalar characters of one YAML document, each alias counted as the text it repeats."""
+MAX_INT_DIGITS = 32
+"""Digits of an integer (a 64-bit count has 20)."""
+MAX_FLOAT_CHARS = 64
+"""Characters of a written floating-point number."""
+
+# --- strings ---------------------------------------------------------------------------------
+MAX_PATH_CHARS = 4096
+"""A model, draft or file path, or a Hugging Face repo id (Linux PATH_MAX)."""
+MAX_PATH_PART_CHARS = 255
+"""One `/`-separated part of it (Linux NAME_MAX; a repo id's parts are shorter)."""
+TEXT_ENCODING = "utf-8"
+"""Files are read as strict UTF-8; other bytes are refused with their offset."""
+
+# --- vllm-specdec status ---------------------------------------------------------------------
+SCRAPE_DEADLINE_S = 10.0
+"""One scrape (connect, request, headers and body together) ends within this."""
+MAX_REDIRECTS = 3
+MAX_COUNTER = 1e18
+"""A counter sample above this is not a count (the server is broken): ignored, so sums stay
+finite; NaN and infinite samples likewise."""
+MAX_POSITIONS = 1024
+"""Per-position acceptance: positions at or above this are ignored (k is at most 128)."""
+MIN_WATCH_S, MAX_WATCH_S = 0.1, 86_400.0
+"""`--watch SECONDS`: between a tenth of a second and a day."""
+
+
+def decode_text(data: bytes, what: str, fix: str) -> str:
+    """`data` as strict UTF-8, else one refusal naming `what`, the first bad byte and `fix`."""
+    try:
+        return data.decode(TEXT_ENCODING)
+    except UnicodeDecodeError as exc:
+        raise SpecDecodeConfigError(
+            f"{what} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
+            f"{fix}") from None
+
+
+def ascii_decimal(text: str, max_digits: int = MAX_INT_DIGITS) -> int | None:
+    """A non-negative decimal integer written in ASCII digits only, else None.
+
+    `str.isdigit` and `int` accept other scripts' digits ("²", "١٢"); host files and labels
+    never hold those, so they are not numbers here. Longer than `max_digits`: None.
+    """
+    text = text.strip()
+    if not text or len(text) > max_digits or not (text.isascii() and text.isdigit()):
+        return None
+    return int(text)
+
+
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"?', re.DOTALL)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_DELTA = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+
+def json_depth(text: str) -> int:
+    """How deeply the collections of JSON `text` nest, found without recursion.
+
+    Strings are skipped (an unterminated one runs to the end, so the scan stays linear); the
+    brackets left are counted. For text that is not JSON the figure is an upper bound, which
+    is all a refusal needs: the JSON parser refuses that text anyway.
+    """
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    return max(itertools.accumulate(_DELTA[ch] for ch in brackets), default=0)
+
+
+def int_too_large(value: int, max_digits: int = MAX_INT_DIGITS) -> bool:
+    """Whether `value` has more than `max_digits` decimal digits (no string conversion)."""
+    return bool(abs(value) >= 10 ** max_digits)
+
+
+def printable(text: str) -> str:
+    """`text` safe to print on a terminal: control and format characters (ESC, CR, BEL, the C1
+    range, bidi overrides) escaped as `\\xNN` / `\\uNNNN`, everything else as it is."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else _escape(ch) for ch in text)
+
+
+def _escape(ch: str) -> str:
+    code = ord(ch)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
