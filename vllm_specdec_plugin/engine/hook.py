@@ -79,6 +79,8 @@ def apply_to_engine_args(args: Any) -> Decision | None:
     setattr(args, _APPLIED, decision)
     applied = fixes.applied_fixes()
     fixes_note = f"; vLLM bug fixes applied: {', '.join(applied)}" if applied else ""
+    if shortcuts := fixes.zero_draft_shortcuts():
+        fixes_note += f"; zero-draft shortcuts (V1 model runner): {', '.join(shortcuts)}"
     per_request = _ask_per_request_metrics(args)
     logger.info("%s%s%s", decision.summary(), per_request, fixes_note)
     for warning in decision.warnings:

