@@ -7,7 +7,6 @@ No I/O, no vLLM import: `assembly` gathers the inputs, calls `decide`, and the e
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,13 +14,20 @@ from vllm_specdec_plugin.core.errors import quote_value
 from vllm_specdec_plugin.core.methods import (
     ADAPTIVE_FALLBACK,
     FALLBACKS,
-    NGRAM_FALLBACK,
-    PROMISED_METHODS,
     method_spec,
 )
 from vllm_specdec_plugin.core.presets import PresetTable, TunedPreset
+from vllm_specdec_plugin.core.rules import (
+    async_incompatibility,
+    cap_num_tokens,
+    config_errors,
+    engine_name,
+    opt_in_error,
+    pipeline_errors,
+    runtime_errors,
+)
 from vllm_specdec_plugin.core.schedule import break_points, load_aware_schedule
-from vllm_specdec_plugin.core.settings import ANNOTATION_KEY, FALLBACK_NAMES, RUNTIME_KEY
+from vllm_specdec_plugin.core.settings import ANNOTATION_KEY, FALLBACK_NAMES
 from vllm_specdec_plugin.core.types import (
     KV_PRODUCER,
     SOURCE_CHECKPOINT_MTP,
@@ -33,7 +39,6 @@ from vllm_specdec_plugin.core.types import (
     SOURCE_USER_ENGINE,
     SOURCE_USER_FILE,
     USER_SOURCES,
-    Annotation,
     CheckpointInfo,
     Decision,
     EngineRequest,
@@ -53,11 +58,11 @@ def decide(
     opt_in = kaito.annotation.opt_in
     if opt_in == "invalid":
         return Decision(False, SOURCE_OFF, platform=caps.platform,
-                        errors=(_opt_in_error(kaito.annotation),))
+                        errors=(opt_in_error(kaito.annotation),))
     if opt_in == "off":
         return Decision(False, SOURCE_OFF, platform=caps.platform)
 
-    errors = [*_runtime_errors(kaito.runtime), *caps.refusals]
+    errors = [*runtime_errors(kaito.runtime), *caps.refusals]
     warnings: list[str] = []
     preset_name = None
     source: Source
@@ -91,12 +96,12 @@ def decide(
                                                         candidates, errors, warnings)
 
     notes: list[str] = []
-    errors += _config_errors(config, source, caps)
-    errors += _pipeline_errors(config.get("method"), engine, caps, warnings)
+    errors += config_errors(config, source, caps)
+    errors += pipeline_errors(config.get("method"), engine, caps, warnings)
     if errors:
         return Decision(False, source, platform=caps.platform, errors=tuple(errors))
 
-    config = _cap_num_tokens(config, caps, warnings)
+    config = cap_num_tokens(config, caps, warnings)
     method = config.get("method")
     if source == SOURCE_TUNED:
         notes.append("KAITO's tuned config exactly as KAITO validated it (no load-aware "
@@ -116,7 +121,7 @@ def decide(
             "model implementation only (RBLN's optimum path refuses it)"
         )
     async_scheduling = engine.async_scheduling
-    async_reason = _async_incompatibility(method, caps, engine)
+    async_reason = async_incompatibility(method, caps, engine)
     if async_reason and engine.async_scheduling is not False:
         async_scheduling = False
         asked = "--async-scheduling" if engine.async_scheduling else "async scheduling (default)"
@@ -157,7 +162,7 @@ def _with_schedule(config: dict[str, Any], kaito: KaitoRequest, engine: EngineRe
         notes.append("static config: the load-aware schedule is off (VLLM_SPECDEC_SCHEDULE=off)")
         return config
     if not caps.batch_schedule:
-        notes.append(f"static config: {_engine_name(caps)} has no "
+        notes.append(f"static config: {engine_name(caps)} has no "
                      "num_speculative_tokens_per_batch_size, so speculation stays on under load")
         return config
     if engine.data_parallel_size > 1:
@@ -177,25 +182,6 @@ def _with_schedule(config: dict[str, Any], kaito: KaitoRequest, engine: EngineRe
         + ", ".join(f"{a}-{b}: {k}" for a, b, k in schedule) + graphs
         + f" (break points: {break_points(caps.platform, method).evidence})")
     return {**config, "num_speculative_tokens_per_batch_size": schedule}
-
-
-def _pipeline_errors(method: str | None, engine: EngineRequest, caps: PlatformCapabilities,
-                     warnings: list[str]) -> list[str]:
-    """Pipeline parallelism: refuse what vLLM refuses there, warn that it usually eats the gain."""
-    if engine.pipeline_parallel_size <= 1:
-        return []
-    reason = caps.pipeline_refusals.get(method or "")
-    if reason:
-        return [f"method {method!r} cannot run with pipeline parallelism "
-                f"(pipeline_parallel_size={engine.pipeline_parallel_size}) on "
-                f"{_engine_name(caps)}: {reason}; use another method or drop "
-                "--pipeline-parallel-size"]
-    warnings.append(
-        f"pipeline parallelism (pipeline_parallel_size={engine.pipeline_parallel_size}) usually "
-        "eats speculative decoding's gain: each verify step waits for every stage, and the "
-        "proposer runs on the last stage only (KAITO proposal #2303); measure before relying "
-        "on it")
-    return []
 
 
 def _automatic_choice(
@@ -239,7 +225,7 @@ def _automatic_choice(
     if method not in caps.methods:
         others = " or ".join(name for name in FALLBACK_NAMES if name != fallback.name)
         errors.append(f"VLLM_SPECDEC_FALLBACK={fallback.name} needs vLLM's {method} speculative "
-                      f"method, which {_engine_name(caps)} does not run; use "
+                      f"method, which {engine_name(caps)} does not run; use "
                       f"VLLM_SPECDEC_FALLBACK={others}")
     return fallback.source, dict(fallback.config), preset
 
@@ -288,120 +274,3 @@ def _missing_target_layers(config: Mapping[str, Any],
         return None
     return (f"runs {spec.name!r} on the target's own MTP layers, but the local checkpoint "
             f"{quote_value(target.path)} declares none in its config.json")
-
-
-def _opt_in_error(annotation: Annotation) -> str:
-    return (f"annotation {ANNOTATION_KEY} (from {annotation.source}) is "
-            f"{quote_value(annotation.value)}; allowed values are exactly \"true\" or "
-            "\"false\" (lower case, quoted in YAML)")
-
-
-def _runtime_errors(runtime: Annotation) -> tuple[str, ...]:
-    if runtime.value is None or runtime.value == "vllm":
-        return ()
-    return (
-        f"{ANNOTATION_KEY}=\"true\" needs the vLLM runtime, but {RUNTIME_KEY} (from "
-        f"{runtime.source}) is {quote_value(runtime.value)}; set {RUNTIME_KEY}: \"vllm\" or "
-        f"{ANNOTATION_KEY}: \"false\"",
-    )
-
-
-def _config_errors(config: Mapping[str, Any], source: str,
-                   caps: PlatformCapabilities) -> list[str]:
-    method, draft = config.get("method"), config.get("model")
-    where = f"speculative-config from {source}"
-    errors = _token_errors(config, where)
-    if method is None:
-        if draft is None and source != SOURCE_SPECULATORS:
-            errors.append(f"{where} has neither `method` nor `model`; set `method`, one of "
-                          f"{', '.join(PROMISED_METHODS)}")
-        return errors  # with a draft `model`, vLLM infers the method from its checkpoint
-    if not isinstance(method, str):
-        return [*errors, f"{where}: `method` must be a string, got {quote_value(method)}"]
-    if method not in caps.methods:
-        errors.append(
-            f"{where}: method {method!r} is not supported on {_engine_name(caps)}; use one of "
-            f"{', '.join(m for m in PROMISED_METHODS if m in caps.methods)}"
-        )
-    elif _needs_draft(method) and not draft:
-        errors.append(
-            f"{where}: method {method!r} needs a draft checkpoint; add \"model\": "
-            "\"<draft repo id or path>\", or use a draft-free method (ngram, suffix)"
-        )
-    elif config.get("num_speculative_tokens") is None and _needs_tokens(method, draft):
-        example = dict(NGRAM_FALLBACK) if method == "ngram" else {
-            "method": method, "num_speculative_tokens": _example_tokens(method)}
-        errors.append(
-            f"{where}: method {method!r} needs num_speculative_tokens"
-            + ("" if _tokens_rule(method) == "always" else " when no `model` is given")
-            + " (vLLM has no default for it and refuses to start); add it, e.g. "
-            + json.dumps(example)
-        )
-    elif method == "suffix" and not caps.suffix_available:
-        errors.append(
-            f"{where}: method 'suffix' needs the arctic_inference package, which is not "
-            "installed; pip install arctic-inference (or the plugin's [suffix] extra)"
-        )
-    return errors
-
-
-def _tokens_rule(method: str) -> str:
-    spec = method_spec(method)
-    return spec.tokens_required if spec is not None else "never"
-
-
-def _needs_tokens(method: str, draft: object) -> bool:
-    rule = _tokens_rule(method)
-    return rule == "always" or (rule == "without-model" and not draft)
-
-
-def _example_tokens(method: str) -> int:
-    spec = method_spec(method)
-    return (spec.default_tokens if spec is not None else None) or 1
-
-
-def _needs_draft(method: str) -> bool:
-    spec = method_spec(method)
-    return spec is not None and spec.needs_draft_checkpoint
-
-
-def _token_errors(config: Mapping[str, Any], where: str) -> list[str]:
-    tokens = config.get("num_speculative_tokens")
-    if tokens is None or (isinstance(tokens, int) and not isinstance(tokens, bool)
-                          and tokens >= 1):
-        return []
-    return [f"{where}: num_speculative_tokens must be a positive integer, got "
-            f"{quote_value(tokens)}"]
-
-
-def _cap_num_tokens(config: dict[str, Any], caps: PlatformCapabilities,
-                    warnings: list[str]) -> dict[str, Any]:
-    tokens, cap = config.get("num_speculative_tokens"), caps.max_num_speculative_tokens
-    if cap is None or tokens is None or tokens <= cap:
-        return config
-    warnings.append(
-        f"num_speculative_tokens {tokens} -> {cap}: the {caps.platform} sampler handles at most "
-        f"{cap} speculative tokens"
-    )
-    return {**config, "num_speculative_tokens": cap}
-
-
-def _async_incompatibility(method: str | None, caps: PlatformCapabilities,
-                           engine: EngineRequest) -> str | None:
-    if not caps.async_methods:
-        return (f"{caps.platform} runs speculative decoding with synchronous scheduling only")
-    if method is not None and method not in caps.async_methods:
-        return (
-            f"{_engine_name(caps)} runs {method!r} speculative decoding with synchronous "
-            "scheduling only (async works with: "
-            f"{', '.join(m for m in PROMISED_METHODS if m in caps.async_methods)})"
-        )
-    if engine.pipeline_parallel_size > 1 and method not in caps.v2_methods:
-        return (f"{_engine_name(caps)} runs pipeline parallelism with speculative decoding "
-                "on its V1 model runner, which schedules synchronously only")
-    return None
-
-
-def _engine_name(caps: PlatformCapabilities) -> str:
-    version = f" {caps.vllm_version}" if caps.vllm_version else ""
-    return f"vLLM{version} on {caps.platform}"
