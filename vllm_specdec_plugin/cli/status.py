@@ -216,14 +216,35 @@ def scrape(url: str, fetcher: Callable[[str], str] = fetch) -> Counters:
     return counters
 
 
+# --watch keeps watching through failed scrapes (a `kubectl port-forward` blip, a restarting
+# pod): each failure is said on stderr, the wait doubles up to this many intervals, and this many
+# failures in a row end it with the last error.
+WATCH_MAX_FAILURES = 6
+WATCH_MAX_BACKOFF = 8
+
+
 def timed_scrapes(url: str, interval: float, count: int | None,
                   fetcher: Callable[[str], str] = fetch,
                   sleep: Callable[[float], None] = time.sleep,
                   clock: Callable[[], float] = time.monotonic) -> Iterator[tuple[float, Counters]]:
-    """`count` + 1 scrapes `interval` seconds apart (endless with count None)."""
-    done = 0
+    """`count` + 1 good scrapes `interval` seconds apart (endless with count None); a failed
+    scrape is reported and retried with backoff, up to WATCH_MAX_FAILURES in a row."""
+    done, failures = 0, 0
     while True:
-        yield clock(), scrape(url, fetcher)
+        try:
+            sample = clock(), scrape(url, fetcher)
+        except StatusError as exc:
+            failures += 1
+            if failures >= WATCH_MAX_FAILURES:
+                raise StatusError(f"{exc} ({failures} scrapes in a row failed; stopped "
+                                  "watching)") from None
+            wait = min(interval * 2 ** (failures - 1), interval * WATCH_MAX_BACKOFF)
+            print(f"vllm-specdec: scrape failed ({exc}); retrying in {wait:g}s "
+                  f"({failures}/{WATCH_MAX_FAILURES - 1} retries)", file=sys.stderr, flush=True)
+            sleep(wait)
+            continue
+        failures = 0
+        yield sample
         if count is not None and done >= count:
             return
         done += 1

@@ -243,3 +243,33 @@ def test_metrics_url() -> None:
     assert status_cli.metrics_url("localhost:8000") == "http://localhost:8000/metrics"
     assert status_cli.metrics_url("https://h/v/metrics/") == "https://h/v/metrics"
     assert status_cli.metrics_url("http://h:1/base/") == "http://h:1/base/metrics"
+
+
+def test_watch_keeps_watching_through_failed_scrapes(serve, capsys) -> None:
+    """A port-forward blip: two failed scrapes between good ones are said, backed off, and
+    the watch goes on; a server that stays away ends it after WATCH_MAX_FAILURES in a row."""
+    url = serve(SPECULATING)
+    answers = iter(["ok", "fail", "fail", "ok", "ok"])
+
+    def flaky(address: str) -> str:
+        if next(answers) == "fail":
+            raise status_cli.StatusError("cannot reach the server (connection refused)")
+        return status_cli.fetch(address)
+
+    naps: list[float] = []
+    assert status_cli.main(["--url", url, "--watch", "2", "--count", "2", "--json"],
+                           fetcher=flaky, sleep=naps.append) == 0
+    out, err = capsys.readouterr()
+    assert len(out.splitlines()) == 2  # two windows from three good scrapes
+    assert naps == [2.0, 2.0, 4.0, 2.0]  # the retry waits double
+    assert err.count("scrape failed (cannot reach the server") == 2 and "retrying in 4s" in err
+
+    def down(address: str) -> str:
+        raise status_cli.StatusError("cannot reach the server (connection refused)")
+
+    naps.clear()
+    assert status_cli.main(["--url", url, "--watch", "1", "--json"], fetcher=down,
+                           sleep=naps.append) == 1
+    err = capsys.readouterr().err
+    assert f"{status_cli.WATCH_MAX_FAILURES} scrapes in a row failed" in err
+    assert naps == [1.0, 2.0, 4.0, 8.0, 8.0]  # capped at WATCH_MAX_BACKOFF intervals
