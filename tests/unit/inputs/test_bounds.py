@@ -120,7 +120,8 @@ def test_deep_json_refused_in_flag_config_and_checkpoint(tmp_path, depth):
 
 
 def test_deep_json_in_vllm_flags_refused_before_vllms_parser():
-    with pytest.raises(SpecDecodeConfigError, match=r"vLLM argument 2 .* is refused: its JSON nests 30001"):
+    with pytest.raises(SpecDecodeConfigError,
+                       match=r"vLLM argument 2 .* is refused: its JSON nests 30001"):
         check_argv(["--kv-transfer-config", "[" * 30_001 + "]" * 30_001])
     with pytest.raises(SpecDecodeConfigError, match="its JSON nests"):
         check_argv(["--speculative-config=" + "{\"a\":" * 100 + "1" + "}" * 100])
