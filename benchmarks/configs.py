@@ -57,8 +57,12 @@ CONFIGURATIONS: tuple[Configuration, ...] = (
                   speculative_config={**NGRAM_FALLBACK, "method": "ngram_gpu"},
                   platforms=("cuda",)),
     Configuration("null", "a custom_class proposer that never drafts "
-                  "(benchmarks/null_proposer.py): the price of a speculative config alone",
-                  speculative_config=NULL_SPEC, by_default=False),
+                  "(benchmarks/null_proposer.py) given as the user's config, KAITO opt-in env: "
+                  "the price of a speculative config with the plugin (its zero-draft shortcuts)",
+                  speculative_config=NULL_SPEC, env=OPT_IN, uses_plugin=True, by_default=False),
+    Configuration("null-vllm", "the same never-drafting proposer without the plugin: vLLM's own "
+                  "price of a speculative config", speculative_config=NULL_SPEC,
+                  by_default=False),
     Configuration("ngram-idle", "ngram k=5 whose schedule drafts 0 tokens at every batch size: "
                   "the price of the speculative path alone",
                   speculative_config=NGRAM_IDLE_SPEC, by_default=False),

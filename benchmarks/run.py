@@ -95,7 +95,7 @@ def plan(args: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit("--pairs must be at least 1")
     a, b = (BASELINE, BASELINE) if args.aa else (args.baseline, args.candidate)
     base["configs"] = [a, b]
-    base["kind"] = "aa" if a == b else ("null" if b == "null" else b)
+    base["kind"] = "aa" if a == b else ("null" if b.startswith("null") else b)
     base["name"] = args.name or ("aa" if a == b else f"{a}-vs-{b}")
     return base
 
@@ -341,7 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         info[label] = {"name": config.name, "description": config.description,
                        "requested_speculative_config": config.speculative_config,
                        "env": dict(config.env)}
-        if config.uses_plugin:
+        if config.uses_plugin and config.speculative_config is None:  # the plugin decides
             info[label]["decision"] = plugin_decision(model, config, args.platform)
     cells: list[dict[str, Any]] = []
     load_start = os.getloadavg()
@@ -373,6 +373,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:
             for engine in engines:
                 engine.stop()
+                # the plugin's own lines (decision, patches, zero-draft shortcuts seen working)
+                info[engine.label]["plugin_log"] = [
+                    line for line in engine.log.read_text(errors="replace").splitlines()
+                    if "specdec" in line or "speculative decoding" in line][:200]
     result = {
         "meta": {"name": conf["name"], "kind": conf["kind"], "model": model,
                  "command": shlex.join(["python", "benchmarks/run.py", *argv]),

@@ -12,8 +12,15 @@ times; it prints one JSON line with µs per step for each part (median over repe
 wall time. Configurations: `none` (no speculative config), `idle` (ngram k=5 whose schedule
 drafts 0 tokens at every batch size: what the plugin's default runs at batch 32), `null` (a
 `custom_class` proposer that never drafts, `benchmarks/null_proposer.py`).
-`--plugin-shortcuts` applies the plugin's zero-draft shortcuts (`vllm_specdec_plugin.zero_draft`)
+`--plugin-shortcuts` applies the plugin's zero-draft shortcuts (`vllm_specdec_plugin.engine.zero_draft`)
 before the engine starts, as an opted-in engine would.
+
+    python -m benchmarks.zero_draft_profile --micro [--vocab 49152]
+
+times the zero-draft parts alone, without an engine (one thread, best of 15 runs of 20 calls, µs
+per call): sampling a zero-draft step with the plain `Sampler`, vLLM's `RejectionSampler` and the
+patched one (greedy and seeded batches of 1/4/16/32 rows), `_calc_spec_decode_metadata` and
+`NgramProposer.propose` at k=0 (32 rows of 300 tokens), vLLM's code against the patched code.
 """
 
 from __future__ import annotations
@@ -102,9 +109,89 @@ def instrument(llm: Any, timers: Timers) -> None:
         timers.wrap(runner.drafter, "propose", "drafter.propose")
 
 
+def best_us(fn: Any, calls: int = 20, runs: int = 15) -> float:
+    for _ in range(5):
+        fn()
+    best = float("inf")
+    for _ in range(runs):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - start) / calls * 1e6)
+    return round(best, 1)
+
+
+def micro(vocab: int) -> dict[str, Any]:
+    """The zero-draft parts alone: vLLM's code against the patched code (µs per call)."""
+    import dataclasses
+    import types
+
+    import numpy as np
+    import torch
+    from vllm.platforms import current_platform
+
+    current_platform.import_kernels()
+    current_platform.register_triton_kernel_overrides()
+    torch.set_num_threads(1)
+    from vllm_specdec_plugin.engine import patching as vllm_patches
+    from vllm_specdec_plugin.engine import zero_draft
+
+    zero_draft.apply_zero_draft_patches(announce=False)
+    from vllm.v1.sample.rejection_sampler import RejectionSampler
+    from vllm.v1.sample.sampler import Sampler
+    from vllm.v1.spec_decode.ngram_proposer import NgramProposer
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    original = {name: vllm_patches._applied[name].original for name in zero_draft.NAMES}
+    sampler = Sampler()
+    rejection = RejectionSampler(sampler)
+    out: dict[str, Any] = {"vocab": vocab}
+    for rows in (1, 4, 16, 32):
+        logits = torch.randn(rows, vocab).to(torch.bfloat16)
+        meta = zero_draft.spec_metadata([0] * rows)
+        greedy = zero_draft.probe_sampling_metadata(rows)
+        seeded = dataclasses.replace(
+            greedy, temperature=torch.full((rows,), 0.8), all_greedy=False, all_random=True,
+            generators={i: torch.Generator().manual_seed(i) for i in range(rows)})
+        for kind, sm in (("greedy", greedy), ("seeded", seeded)):
+            out[f"sample {kind} B={rows}"] = {
+                "Sampler": best_us(lambda sm=sm, lg=logits: sampler(lg, sm)),
+                "RejectionSampler (vLLM)": best_us(
+                    lambda sm=sm, lg=logits, m=meta: original[zero_draft.SAMPLER](
+                        rejection, m, None, lg, sm)),
+                "RejectionSampler (patched)": best_us(
+                    lambda sm=sm, lg=logits, m=meta: rejection(m, None, lg, sm))}
+    fake = types.SimpleNamespace(arange_np=np.arange(8192),
+                                 _arange_scratch=np.zeros(8192, dtype=np.int64),
+                                 device=torch.device("cpu"),
+                                 input_ids=types.SimpleNamespace(gpu=torch.zeros(8192,
+                                                                                 dtype=torch.int32)))
+    fake._get_cumsum_and_arange = functools.partial(GPUModelRunner._get_cumsum_and_arange, fake)
+    drafts, cu = np.zeros(32, dtype=np.int32), np.cumsum(np.ones(32, dtype=np.int32))
+    out["metadata B=32"] = {
+        "vLLM": best_us(lambda: original[zero_draft.METADATA](fake, drafts, cu)),
+        "patched": best_us(lambda: GPUModelRunner._calc_spec_decode_metadata(fake, drafts, cu))}
+    proposer = NgramProposer.__new__(NgramProposer)
+    for name, value in (("min_n", 4), ("max_n", 4), ("k", 5), ("max_model_len", 2048),
+                        ("num_tokens_threshold", 8192), ("num_numba_thread_available", 1),
+                        ("valid_ngram_draft", np.zeros((32, 5), dtype=np.int32)),
+                        ("valid_ngram_num_drafts", np.zeros(32, dtype=np.int32))):
+        setattr(proposer, name, value)
+    tokens = np.random.default_rng(0).integers(0, vocab, (32, 2048)).astype(np.int32)
+    lengths = np.full(32, 300, dtype=np.int32)
+    sampled = [[1]] * 32
+    out["ngram propose k=0 B=32"] = {
+        "vLLM": best_us(lambda: original[zero_draft.NGRAM](proposer, 0, sampled, lengths,
+                                                           tokens)),
+        "patched": best_us(lambda: proposer.propose(0, sampled, lengths, tokens))}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", choices=sorted(SPECS), required=True)
+    parser.add_argument("--config", choices=sorted(SPECS))
+    parser.add_argument("--micro", action="store_true", help="the zero-draft parts alone")
+    parser.add_argument("--vocab", type=int, default=49152)
     parser.add_argument("--model")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--max-tokens", type=int, default=64)
@@ -112,6 +199,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cprofile", help="write a cProfile of the last repeat here")
     parser.add_argument("--plugin-shortcuts", action="store_true")
     args = parser.parse_args(argv)
+    if args.micro:
+        print("MICRO " + json.dumps(micro(args.vocab)), flush=True)
+        return 0
+    if args.config is None:
+        parser.error("--config is required (or --micro)")
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     from vllm import LLM, SamplingParams
 

@@ -85,6 +85,8 @@ def test_quick_run_records_the_plugin_decision_and_acceptance(
     assert (spec["method"], spec["num_speculative_tokens"], spec["prompt_lookup_max"]) == (
         "ngram", 5, 4)
     assert a["resolved"]["speculative_config"] is None
+    assert any("zero-draft-plain-sampler in place" in line for line in b["plugin_log"])
+    assert not any("zero-draft" in line for line in a["plugin_log"])
     figures = [c["b_spec_decode"] for c in quick_result["cells"]]
     assert sum(f["draft_tokens"] for f in figures) > 0  # the schedule drafts at 1 and 4
     for f in figures:
@@ -129,7 +131,7 @@ def test_configuration_table() -> None:
     names = [c.name for c in CONFIGURATIONS]
     assert len(names) == len(set(names)) and names[0] == BASELINE
     assert [c.name for c in by_name(["plugin"])] == [BASELINE, "plugin"]
-    for optional in ("ngram-idle", "null"):
+    for optional in ("ngram-idle", "null", "null-vllm"):
         assert optional not in [c.name for c in by_name(None)]
         assert [c.name for c in by_name([optional])] == [BASELINE, optional]
     with pytest.raises(ValueError, match="unknown configuration"):
