@@ -12,7 +12,8 @@ times; it prints one JSON line with µs per step for each part (median over repe
 wall time. Configurations: `none` (no speculative config), `idle` (ngram k=5 whose schedule
 drafts 0 tokens at every batch size: what the plugin's default runs at batch 32), `null` (a
 `custom_class` proposer that never drafts, `benchmarks/null_proposer.py`).
-`--plugin-shortcuts` applies the plugin's zero-draft shortcuts (`vllm_specdec_plugin.engine.zero_draft`)
+`--plugin-shortcuts` applies the plugin's zero-draft shortcuts
+(`vllm_specdec_plugin.engine.zero_draft`)
 before the engine starts, as an opted-in engine would.
 
     python -m benchmarks.zero_draft_profile --micro [--vocab 49152]
