@@ -15,14 +15,7 @@ import json
 import logging
 import sys
 
-
-class Lines(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(f"{record.levelname} {record.getMessage()}")
+from probe_support import Lines
 
 
 def expand_broken() -> bool:
