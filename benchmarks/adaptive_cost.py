@@ -35,16 +35,17 @@ def fake_config(max_rows: int, k: int) -> Any:
         scheduler_config=SimpleNamespace(max_num_seqs=max_rows))
 
 
-def new_request(rng: random.Random) -> tuple[list[int], list[int]]:
+def new_request(rng: random.Random, copy_share: float = 0.5) -> tuple[list[int], list[int]]:
     """(prompt, true continuation): copying requests continue a stretch of their prompt."""
     prompt = [rng.randrange(VOCAB) for _ in range(PROMPT_TOKENS)]
-    if rng.random() < 0.5:
+    if rng.random() < copy_share:
         start = rng.randrange(PROMPT_TOKENS - OUTPUT_TOKENS)
         return prompt, prompt[start:start + OUTPUT_TOKENS]
     return prompt, [rng.randrange(VOCAB) for _ in range(OUTPUT_TOKENS)]
 
 
-def run(rows: int, steps: int, k: int = 16, seed: int = 0) -> dict[str, float]:
+def run(rows: int, steps: int, k: int = 16, seed: int = 0,
+        copy_share: float = 0.5) -> dict[str, float]:
     """Drive one proposer for `steps` steps at batch `rows`; its overhead and counters."""
     from vllm_specdec_plugin.adaptive import AdaptiveProposer
 
@@ -55,7 +56,7 @@ def run(rows: int, steps: int, k: int = 16, seed: int = 0) -> dict[str, float]:
     truth: list[list[int]] = []
     emitted = [0] * rows
     for row in range(rows):
-        truth.append(_load(row, rng, token_ids, num_tokens))
+        truth.append(_load(row, rng, token_ids, num_tokens, copy_share))
     drafts: list[list[int]] = [[] for _ in range(rows)]
     sampled: list[list[int]] = [[] for _ in range(rows)]
     for row in range(rows):  # the prefill step's one sampled token
@@ -66,7 +67,7 @@ def run(rows: int, steps: int, k: int = 16, seed: int = 0) -> dict[str, float]:
         drafts = proposer.propose(sampled, num_tokens, token_ids)
         for row in range(rows):
             if emitted[row] >= len(truth[row]):
-                truth[row] = _load(row, rng, token_ids, num_tokens)
+                truth[row] = _load(row, rng, token_ids, num_tokens, copy_share)
                 emitted[row] = 0
                 drafts[row] = []
             true = truth[row][emitted[row]:]
@@ -77,15 +78,19 @@ def run(rows: int, steps: int, k: int = 16, seed: int = 0) -> dict[str, float]:
             sampled[row] = true[:accepted + 1]
             _append(row, sampled[row], token_ids, num_tokens)
             emitted[row] += len(sampled[row])
-    stats = dict(proposer.stats)
-    stats["us_per_row"] = 1e6 * stats["overhead_s"] / max(stats["rows"], 1)
+    from vllm_specdec_plugin.proposer.stats import per_row_us
+
+    stats: dict[str, Any] = dict(proposer.stats)
+    stats["us_per_row"] = per_row_us(stats)
+    stats["us_per_row_awake"] = per_row_us(stats, "awake")
+    stats["us_per_row_dormant"] = per_row_us(stats, "dormant")
     stats["us_per_step"] = 1e6 * stats["overhead_s"] / max(stats["calls"], 1)
     return stats
 
 
-def _load(row: int, rng: random.Random, token_ids: np.ndarray, num_tokens: np.ndarray
-          ) -> list[int]:
-    prompt, continuation = new_request(rng)
+def _load(row: int, rng: random.Random, token_ids: np.ndarray, num_tokens: np.ndarray,
+          copy_share: float) -> list[int]:
+    prompt, continuation = new_request(rng, copy_share)
     token_ids[row, :len(prompt)] = prompt
     num_tokens[row] = len(prompt)
     return continuation
@@ -102,17 +107,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, nargs="+", default=[1, 4, 16, 32])
     parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--copy-share", type=float, nargs="+", default=[0.5, 0.0],
+                        help="shares of requests that copy from their prompt (0: open-ended "
+                        "only, where the proposer should go dormant)")
     args = parser.parse_args(argv)
-    results = {}
-    for rows in args.rows:
-        start = time.perf_counter()
-        stats = run(rows, args.steps)
-        results[rows] = {"us_per_row": round(stats["us_per_row"], 1),
-                         "us_per_step": round(stats["us_per_step"], 1),
-                         "draft_tokens": stats["draft_tokens"],
-                         "accepted_tokens": stats["accepted_tokens"],
-                         "requests": stats["requests"],
-                         "wall_s": round(time.perf_counter() - start, 1)}
+    results: dict[str, Any] = {}
+    for share in args.copy_share:
+        for rows in args.rows:
+            start = time.perf_counter()
+            stats = run(rows, args.steps, copy_share=share)
+            results[f"copy {share:.0%}, rows {rows}"] = {
+                **{key: None if stats[key] is None else round(stats[key], 1)
+                   for key in ("us_per_row", "us_per_row_awake", "us_per_row_dormant",
+                               "us_per_step")},
+                "awake_rows": stats["awake_rows"], "dormant_rows": stats["dormant_rows"],
+                "draft_tokens": stats["draft_tokens"],
+                "accepted_tokens": stats["accepted_tokens"],
+                "requests": stats["requests"],
+                "wall_s": round(time.perf_counter() - start, 1)}
     print(json.dumps(results, indent=2))
     return 0
 

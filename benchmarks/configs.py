@@ -49,8 +49,13 @@ CONFIGURATIONS: tuple[Configuration, ...] = (
     Configuration("plugin", "no speculative_config; KAITO opt-in env: the plugin decides",
                   env=OPT_IN, uses_plugin=True),
     Configuration("adaptive", "the plugin's adaptive proposer (custom_class; acceptance- and "
-                  "load-aware): KAITO opt-in env + VLLM_SPECDEC_FALLBACK=adaptive",
-                  env={**OPT_IN, "VLLM_SPECDEC_FALLBACK": "adaptive"}, uses_plugin=True),
+                  "load-aware): KAITO opt-in env + VLLM_SPECDEC_FALLBACK=adaptive, with its "
+                  "suffix tree kept to each request's own tokens "
+                  "(VLLM_SPECDEC_ADAPTIVE_SUFFIX_CACHE=0): the harness repeats a cell's prompts "
+                  "in every burst, and a cross-request cache would replay its own earlier "
+                  "answers",
+                  env={**OPT_IN, "VLLM_SPECDEC_FALLBACK": "adaptive",
+                       "VLLM_SPECDEC_ADAPTIVE_SUFFIX_CACHE": "0"}, uses_plugin=True),
     Configuration("suffix", "suffix decoding (arctic-inference), vLLM defaults",
                   speculative_config={"method": "suffix"}, requires_module="arctic_inference"),
     Configuration("ngram-gpu", "ngram on the GPU, KAITO's k=5 lookup_max=4",

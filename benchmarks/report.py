@@ -14,8 +14,8 @@ MISMATCH_NOTE = (
     "between the two most likely tokens can flip; with `--dtype float32` they match."
 )
 COLUMNS = ("concurrency", "ratio B/A (median)", "90% interval", "per pair", "TPOT B/A",
-           "A tok/s", "B tok/s", "B accept rate", "same tokens", "load avg", "foreign CPU",
-           "target", "met")
+           "CPU-time B/A", "A burst to burst", "A tok/s", "B tok/s", "B accept rate",
+           "same tokens", "load avg", "foreign CPU", "target", "met")
 CONTENDED = 0.05
 """A pair whose other processes used more than this share of the cores ran on a busy host."""
 
@@ -37,6 +37,8 @@ def row(cell: dict[str, Any]) -> list[str]:
     foreign = cell["foreign_cpu_share"]
     return [str(cell["concurrency"]), fmt(cell["ratio_median"]), interval,
             " ".join(fmt(r, 2) for r in cell["ratios"]), fmt(cell["tpot_ratio_median"]),
+            fmt(cell.get("cpu_ratio_median")),
+            "-" if cell.get("a_spread_median") is None else f"±{cell['a_spread_median']:.1%}",
             fmt(cell["a_tokens_per_s_median"], 1), fmt(cell["b_tokens_per_s_median"], 1),
             fmt(cell["b_spec_decode"]["acceptance_rate"], 2), same,
             f"{min(loads):.1f}-{max(loads):.1f}" if loads else "-",
@@ -58,6 +60,15 @@ def configuration_lines(result: dict[str, Any]) -> list[str]:
         lines.append(f"- {label} = `{info['name']}`: {info['description']}; engine ran with "
                      f"`{json.dumps(spec, sort_keys=True)}`{decided}; engine start "
                      f"{fmt(info.get('startup_s'), 0)} s")
+        stats = info.get("adaptive_stats")
+        if stats:
+            lines.append(f"  - its adaptive proposer: {fmt(stats.get('us_per_row'), 1)} µs per "
+                         f"row per step overall, {fmt(stats.get('us_per_row_awake'), 1)} awake, "
+                         f"{fmt(stats.get('us_per_row_dormant'), 1)} dormant "
+                         f"({stats.get('awake_cycles', 0)} awake and "
+                         f"{stats.get('dormant_cycles', 0)} dormant cycles, "
+                         f"{stats.get('dormant_entries', 0)} times dormant); draft tokens "
+                         f"{stats.get('draft_tokens')}, accepted {stats.get('accepted_tokens')}")
     return lines
 
 
@@ -73,6 +84,41 @@ def misses(result: dict[str, Any]) -> list[str]:
                        f"{fmt(cell['ratio_median'])}, interval [{fmt(low_high[0])}, "
                        f"{fmt(low_high[1])}] against \"{cell['target']}\"{why}")
     return out
+
+
+def pooled(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per concurrency, every workload's pairs together: the median ratio and its interval
+    (the configuration's cost at a batch size, with as many pairs as there are workloads x
+    pairs; each workload's own cell stays the per-workload verdict)."""
+    from benchmarks.stats import bootstrap_median_interval
+
+    out = []
+    for concurrency in result["meta"]["concurrency"]:
+        ratios = [r for c in result["cells"] if c["concurrency"] == concurrency
+                  for r in c["ratios"]]
+        if not ratios:
+            continue
+        ordered = sorted(ratios)
+        middle = len(ordered) // 2
+        median = (ordered[middle] if len(ordered) % 2
+                  else (ordered[middle - 1] + ordered[middle]) / 2)
+        out.append({"concurrency": concurrency, "pairs": len(ratios), "ratio_median": median,
+                    "ratio_interval": bootstrap_median_interval(ratios)})
+    return out
+
+
+def pooled_lines(result: dict[str, Any]) -> list[str]:
+    rows = pooled(result)
+    if len(result["meta"]["workloads"]) < 2 or not rows:
+        return []
+    body = [[str(r["concurrency"]), str(r["pairs"]), fmt(r["ratio_median"]),
+             "-" if not r["ratio_interval"] else
+             f"[{r['ratio_interval'][0]:.3f}, {r['ratio_interval'][1]:.3f}]"] for r in rows]
+    return ["## All workloads pooled, per concurrency", "",
+            "Every pair of every workload at that concurrency together (more pairs, so a "
+            "narrower interval for what is common to all workloads, such as the price of a "
+            "speculative config that drafts nothing).", "",
+            *table(("concurrency", "pairs", "ratio B/A (median)", "90% interval"), body), ""]
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -99,7 +145,10 @@ def markdown(result: dict[str, Any]) -> str:
              "over the mean of the two A bursts around it; the cell gives the median over pairs "
              "and a "
              "90% percentile-bootstrap interval of that median (10000 resamples, seed 0). "
-             "TPOT B/A > 1: B's decode steps are slower. Load avg: 1-minute load average at "
+             "TPOT B/A > 1: B's decode steps are slower. CPU-time B/A: the same ratio in "
+             "output tokens per CPU-second of each engine's processes. A burst to burst: the "
+             "median change between the two A bursts around a pair (the host's noise at the "
+             "scale of one burst). Load avg: 1-minute load average at "
              "each pair's start; foreign CPU: the largest share of all cores' time used by "
              "processes other than the benchmark's during a pair.", "", quiet, "",
              "## Configurations", "", *configuration_lines(result), ""]
@@ -107,6 +156,7 @@ def markdown(result: dict[str, Any]) -> str:
         cells = [c for c in result["cells"] if c["workload"] == workload]
         lines += [f"## {workload}", "", result["workload_descriptions"].get(workload, ""), ""]
         lines += table(COLUMNS, [row(c) for c in cells]) + [""]
+    lines += pooled_lines(result)
     missed = misses(result)
     lines += ["## Cells that miss their target", "", *(missed or ["None."]), ""]
     if any(c["mismatched_requests"] for c in result["cells"]):
@@ -151,7 +201,38 @@ def write(result: dict[str, Any], out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     name = result["meta"]["name"]
     paths = [out_dir / f"{name}.json", out_dir / f"{name}.md", out_dir / f"{name}.png"]
+    result = {**result, "pooled": pooled(result)}
     paths[0].write_text(json.dumps(result, indent=1) + "\n")
     paths[1].write_text(markdown(result) + "\n")
     plot(result, paths[2])
     return paths
+
+
+def rerender(path: Path) -> list[Path]:
+    """Recompute every cell's summary from its pair records and write NAME.md/.png (and the
+    JSON) again: a result file is re-reported with the current figures and tables."""
+    from benchmarks.stats import summarize_cell, target
+
+    result = json.loads(path.read_text())
+    result.pop("pooled", None)
+    for cell in result["cells"]:
+        summary = summarize_cell(cell["pair_records"])
+        cell.update(summary)
+        cell.update(target(result["meta"]["kind"], cell["workload"], summary))
+    return write(result, path.parent)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m benchmarks.report RESULT.json ...`: re-report result files."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("results", type=Path, nargs="+")
+    for path in parser.parse_args(argv).results:
+        for written in rerender(path):
+            print(written)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

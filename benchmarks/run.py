@@ -43,11 +43,13 @@ if str(REPO) not in sys.path:  # run as a script: make `benchmarks` importable
 
 from benchmarks import report  # noqa: E402
 from benchmarks.configs import BASELINE, Configuration, by_name, unavailable_reason  # noqa: E402
-from benchmarks.stats import burst_figures, summarize_cell, target, token_check  # noqa: E402
+from benchmarks.stats import burst_figures, cpu_ratio, summarize_cell, target, token_check  # noqa: E402
 from vllm_specdec_plugin.core import settings  # noqa: E402
 
 WORKLOAD_DIR = Path(__file__).parent / "workloads"
 WORKLOADS = ("input_grounded", "multi_turn", "open_ended", "mt_bench")
+EXTRA_WORKLOADS = ("mixed",)
+"""Run only when named with --workloads."""
 # Inputs the plugin reads: never inherited from the caller's shell.
 PLUGIN_ENV = (*settings.PLUGIN_ENV, "VLLM_PLUGINS")
 FULL = {"concurrency": [1, 4, 16, 32], "pairs": 6, "max_tokens": 40,
@@ -67,13 +69,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         "built by benchmarks/smollm2.py)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     parser.add_argument("--name", help="result file stem (default: A-vs-B, or aa)")
-    parser.add_argument("--workloads", nargs="+", choices=WORKLOADS)
+    parser.add_argument("--workloads", nargs="+", choices=WORKLOADS + EXTRA_WORKLOADS)
     parser.add_argument("--concurrency", type=int, nargs="+")
     parser.add_argument("--pairs", type=int, help="pairs per cell (default 6, quick 2)")
     parser.add_argument("--max-tokens", type=int, help="tokens per request (default 40)")
-    parser.add_argument("--settle", type=float, default=0.3,
-                        help="seconds between bursts (the idle engine's OpenMP threads stop "
-                        "spinning)")
+    parser.add_argument("--settle", type=float, default=1.2,
+                        help="seconds between bursts: longer than the 1 s that vLLM's "
+                        "shared-memory queues keep spinning after their last message, so the "
+                        "idle engine's worker and scheduler are asleep when the other runs")
+    parser.add_argument("--trace-dir", type=Path,
+                        help="record the adaptive proposer's scored candidates here "
+                        "(VLLM_SPECDEC_ADAPTIVE_TRACE, LABEL.trace.jsonl per engine)")
+    parser.add_argument("--no-pin", dest="pin", action="store_false",
+                        help="leave CPU placement to vLLM and the kernel (see `placement`)")
     parser.add_argument("--platform", default="cpu", help="the platform the engine runs on")
     parser.add_argument("--kv-cache-bytes", type=int, default=1 << 30)
     parser.add_argument("--max-model-len", type=int, default=2048)
@@ -105,6 +113,13 @@ def load_workload(name: str) -> dict[str, Any]:
         from benchmarks.workloads import mt_bench
 
         return mt_bench.workload()
+    if name == "mixed":  # half copying, half open-ended requests in every batch
+        copying, free = load_workload("input_grounded"), load_workload("open_ended")
+        prompts = [p for pair in zip(copying["prompts"], free["prompts"], strict=False)
+                   for p in pair]
+        return {"name": "mixed", "prompts": prompts,
+                "description": "input-grounded and open-ended prompts alternating: half of "
+                "every batch copies from its prompt, half does not"}
     data: dict[str, Any] = json.loads((WORKLOAD_DIR / f"{name}.json").read_text())
     return data
 
@@ -131,6 +146,21 @@ def engine_env(config: Configuration) -> dict[str, str]:
     return env
 
 
+def placement(cpus: list[int]) -> tuple[str, set[int]] | None:
+    """(VLLM_CPU_OMP_THREADS_BIND for the worker, cores for the frontend and scheduler), the
+    same for both engines; None on a single core.
+
+    vLLM's automatic binding puts each engine's worker on core 0 and leaves the scheduler and
+    the frontend to the kernel, which places them per process: measured on 2 cores, one engine
+    of an A/A pair then ran 16-23% slower than the other for the whole run, a different one
+    each run. Pinned alike, the engines differ only in their configuration.
+    """
+    if len(cpus) < 2:
+        return None
+    workers = ",".join(str(c) for c in cpus[:-1])
+    return workers, {cpus[-1]}
+
+
 def llm_kwargs(args: argparse.Namespace, model: str, config: Configuration,
                max_seqs: int) -> dict[str, Any]:
     kwargs: dict[str, Any] = {
@@ -147,18 +177,28 @@ class Engine:
     """One configuration's engine process: bursts in, raw records out (a pipe of its own)."""
 
     def __init__(self, label: str, config: Configuration, spec: dict[str, Any], work: Path,
-                 timeout: float) -> None:
+                 timeout: float, pin: tuple[str, set[int]] | None = None,
+                 trace_dir: Path | None = None) -> None:
         self.label, self.config, self.timeout = label, config, timeout
         spec_path = work / f"{label}.spec.json"
         spec_path.write_text(json.dumps(spec))
         self.log = work / f"{label}.log"
         read_fd, write_fd = os.pipe()
         env = {**engine_env(config), "BENCH_RESULT_FD": str(write_fd)}
+        self.adaptive_stats = work / f"{label}.adaptive.json"
+        env[settings.ENV_ADAPTIVE_STATS] = str(self.adaptive_stats)
+        if trace_dir is not None:
+            trace_dir.mkdir(parents=True, exist_ok=True)
+            env[settings.ENV_ADAPTIVE_TRACE] = str(trace_dir / f"{label}.trace.jsonl")
+        if pin is not None:
+            env["VLLM_CPU_OMP_THREADS_BIND"] = pin[0]
+        front = None if pin is None else pin[1]
         with self.log.open("w") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "benchmarks.engine", str(spec_path)], cwd=REPO, env=env,
                 stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT, text=True,
-                pass_fds=(write_fd,), start_new_session=True)
+                pass_fds=(write_fd,), start_new_session=True,
+                preexec_fn=None if front is None else lambda: os.sched_setaffinity(0, front))
         os.close(write_fd)
         self.results = os.fdopen(read_fd)
         self.ready: dict[str, Any] | None = None
@@ -180,10 +220,24 @@ class Engine:
 
     def burst(self, cell: dict[str, Any], max_tokens: int) -> dict[str, Any]:
         assert self.proc.stdin is not None
+        cpu = self.cpu_seconds()
         self.proc.stdin.write(json.dumps({"op": "burst", "cell": cell,
                                           "max_tokens": max_tokens}) + "\n")
         self.proc.stdin.flush()
-        return self.answer()
+        answer = self.answer()
+        answer["cpu_s"] = self.cpu_seconds() - cpu
+        return answer
+
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system) used so far by this engine's processes."""
+        import psutil
+
+        total = 0.0
+        for pid in self.pids():
+            with contextlib.suppress(psutil.Error):
+                times = psutil.Process(pid).cpu_times()
+                total += times.user + times.system
+        return total
 
     def pids(self) -> list[int]:
         import psutil
@@ -279,10 +333,14 @@ def run_cell(engines: list[Engine], workload: dict[str, Any], concurrency: int, 
             else None,
             "tpot_ratio": b["tpot_ms_median"] / a_tpot if a_tpot and b["tpot_ms_median"]
             else None,
+            "cpu_ratio": cpu_ratio(a_before, b, a_after),
             "load_average": round(load, 2),
             "foreign_cpu_share": round(meter.foreign_share(mark), 3),
             "mismatches": token_check(before["requests"], b_raw["requests"]),
             "b_ids": [r["id"] for r in b_raw["requests"]]})
+        print(f"[bench]   pair {index}: A {a_rates[0]:.2f} / {a_rates[1]:.2f} tok/s, "
+              f"B {b['output_tokens_per_s']:.2f} tok/s, ratio {out[-1]['ratio']:.3f}, "
+              f"CPU-time ratio {out[-1]['cpu_ratio']:.3f}", flush=True)
         load, mark, before = os.getloadavg()[0], meter.start(), after
     return out
 
@@ -348,9 +406,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="specdec-bench-") as tmp:
         max_seqs = max(conf["concurrency"])
         print(f"[bench] starting {configs[0].name} and {configs[1].name}", flush=True)
+        pin = placement(sorted(os.sched_getaffinity(0))) if args.pin else None
         engines = [Engine(label, config, {"llm": llm_kwargs(args, model, config, max_seqs)},
-                          Path(tmp), args.timeout) for label, config in zip(labels, configs,
-                                                                            strict=True)]
+                          Path(tmp), args.timeout, pin, args.trace_dir)
+                   for label, config in zip(labels, configs, strict=True)]
         try:
             for engine in engines:
                 engine.ready = engine.answer()
@@ -377,12 +436,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                 info[engine.label]["plugin_log"] = [
                     line for line in engine.log.read_text(errors="replace").splitlines()
                     if "specdec" in line or "speculative decoding" in line][:200]
+                if engine.adaptive_stats.exists():  # the adaptive proposer's own counters
+                    with contextlib.suppress(ValueError):
+                        info[engine.label]["adaptive_stats"] = json.loads(
+                            engine.adaptive_stats.read_text())
     result = {
         "meta": {"name": conf["name"], "kind": conf["kind"], "model": model,
                  "command": shlex.join(["python", "benchmarks/run.py", *argv]),
                  "quick": args.quick, "max_tokens": conf["max_tokens"],
                  "pairs": conf["pairs"], "concurrency": conf["concurrency"],
                  "workloads": conf["workloads"], "settle_s": args.settle,
+                 "placement": None if pin is None else {"worker_cpus": pin[0],
+                                                        "frontend_cpus": sorted(pin[1])},
                  "platform": args.platform, "vllm_version": vllm_version(),
                  "cpu_count": os.cpu_count(), "python": platform.python_version(),
                  "enforce_eager": not args.compile, "kv_cache_bytes": args.kv_cache_bytes,

@@ -88,6 +88,54 @@ def test_each_request_gets_a_fresh_history_when_it_reuses_a_row(engines, batch):
     assert stats["requests"] == len(batch[0])
 
 
+# Text the proposer cannot predict (high-temperature sampling, seeded) first, copying text after:
+# two rows, so the two unpredictable requests hold the batch alone until they finish.
+UNPREDICTABLE = {"temperature": 2.0, "top_k": 0, "seed": 5}
+PHASE_TOKENS = 160
+
+
+@pytest.fixture(scope="module")
+def phases(tiny_llama, prompts, tmp_path_factory):
+    """(engine result, the proposer's statistics) for unpredictable requests, then copying."""
+    tmp = tmp_path_factory.mktemp("adaptive-phases")
+    stats = tmp / "proposer.json"
+    texts = OPEN_ENDED + list(prompts)
+    sampling = [UNPREDICTABLE] * len(OPEN_ENDED) + [GREEDY] * len(prompts)
+    result = run_engine({"model": str(tiny_llama), "max_num_seqs": ROWS, "dtype": "float32"},
+                        texts, clean_env({**ADAPTIVE, "VLLM_SPECDEC_ADAPTIVE_STATS": str(stats)},
+                                         tmp), max_tokens=PHASE_TOKENS, sampling=sampling)
+    return result, json.loads(stats.read_text())
+
+
+def test_dormant_on_unpredictable_text_and_awake_on_copying_text(phases):
+    """From the proposer's own counters: it goes dormant while only the unpredictable requests
+    run, and wakes within a bounded number of cycles of the first copying request."""
+    from vllm_specdec_plugin.proposer.control import DORMANT_AFTER, PROBE_EVERY
+
+    _, stats = phases
+    events, starts = stats["events"], stats["request_cycles"]
+    dormant = [e for e in events if e["state"] == "dormant"]
+    assert dormant and dormant[0]["requests"] <= len(OPEN_ENDED), events
+    first_copy = starts[len(OPEN_ENDED)]
+    assert dormant[0]["cycle"] < first_copy
+    assert dormant[0]["cycle"] <= DORMANT_AFTER + 64, events
+    woke = [e for e in events if e["state"] == "awake" and e["cycle"] >= first_copy]
+    assert woke, events
+    assert woke[0]["cycle"] - first_copy <= 4 * PROBE_EVERY + 16, (events, starts)
+    assert stats["dormant_cycles"] > 0 and stats["awake_cycles"] > 0
+    assert stats["us_per_row_dormant"] is not None
+
+
+def test_tokens_after_waking_are_the_targets_own(phases, engines, prompts):
+    """The copying requests' greedy tokens equal the plain engine's (its first 64: greedy
+    decoding of a longer request starts with the shorter one's tokens)."""
+    result, stats = phases
+    plain, _, _ = engines
+    assert stats["errors"] == 0 and stats["draft_tokens"] > 0
+    for j in range(len(prompts)):
+        assert result["token_ids"][len(OPEN_ENDED) + j][:64] == plain["token_ids"][j]
+
+
 def test_vllm_serve_reports_draft_and_accepted_counters(tiny_llama, prompts, tmp_path):
     port, log = free_port(), tmp_path / "serve.log"
     with log.open("w") as out:

@@ -4,6 +4,7 @@ timings), plus its data and arithmetic."""
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -32,7 +33,8 @@ QUICK_TIMEOUT_S = 900
 CELL_KEYS = {"workload", "concurrency", "pairs", "ratio_median", "ratio_interval", "ratios",
              "tpot_ratio_median", "a_tokens_per_s_median", "b_tokens_per_s_median",
              "b_spec_decode", "mismatched_requests", "requests", "load_average",
-             "foreign_cpu_share", "target", "met", "pair_records"}
+             "foreign_cpu_share", "target", "met", "pair_records", "cpu_ratio_median",
+             "cpu_ratio_interval", "a_spread_median"}
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +43,7 @@ def quick_result(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     out = tmp_path_factory.mktemp("bench-results")
     done = subprocess.run(
         [sys.executable, "benchmarks/run.py", "--quick", "--model", str(tiny_llama),
-         "--out", str(out)],
+         "--out", str(out), "--settle", "0.3"],
         cwd=REPO, env=clean_env(tmp=out), capture_output=True, text=True,
         timeout=QUICK_TIMEOUT_S, check=False)
     assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
@@ -59,6 +61,9 @@ def test_quick_run_writes_paired_cells(quick_result: dict[str, Any]) -> None:
     assert meta["quick"] is True and meta["concurrency"] == [1, 4] and meta["pairs"] == 2
     assert meta["command"].startswith("python benchmarks/run.py --quick --model ")
     assert meta["kind"] == "plugin"
+    pinned = run.placement(sorted(os.sched_getaffinity(0)))
+    assert meta["placement"] == (None if pinned is None else {
+        "worker_cpus": pinned[0], "frontend_cpus": sorted(pinned[1])})
     cells = quick_result["cells"]
     assert [(c["workload"], c["concurrency"]) for c in cells] == [
         (w, c) for w in meta["workloads"] for c in meta["concurrency"]]
@@ -183,6 +188,45 @@ def test_cell_summary_and_targets() -> None:
     assert target("null", "open_ended", slow)["met"] is False
     noisy = summarize_cell([pair(0.97), pair(1.03), pair(0.96), pair(1.04), pair(1.0)])
     assert target("aa", "open_ended", noisy)["met"] is False
+
+
+def test_placement_pins_both_engines_alike() -> None:
+    assert run.placement([0, 1]) == ("0", {1})
+    assert run.placement([0, 1, 2, 3]) == ("0,1,2", {3})
+    assert run.placement([5]) is None
+    assert run.parse_args([]).pin and not run.parse_args(["--no-pin"]).pin
+    assert run.parse_args([]).settle > 1.0  # past vLLM's 1 s shared-memory busy loop
+
+
+def test_cpu_time_ratio_and_the_a_bursts_spread() -> None:
+    from benchmarks.stats import cpu_ratio
+
+    a1, a2 = {"tokens_per_cpu_s": 10.0}, {"tokens_per_cpu_s": 30.0}
+    assert cpu_ratio(a1, {"tokens_per_cpu_s": 22.0}, a2) == pytest.approx(1.1)
+    assert cpu_ratio(a1, {"tokens_per_cpu_s": None}, a2) is None
+    pairs = [{**pair(1.0), "a": {"output_tokens_per_s": 100.0, "before_after_tok_s": [100, v]}}
+             for v in (110.0, 95.0, 100.0)]
+    assert summarize_cell(pairs)["a_spread_median"] == pytest.approx(0.05)
+
+
+def test_mixed_workload_alternates_copying_and_open_ended_prompts() -> None:
+    mixed = run.load_workload("mixed")
+    ids = [p["id"] for p in mixed["prompts"][:4]]
+    assert ids[0].startswith("input_grounded") and ids[1].startswith("open_ended")
+    assert ids[2].startswith("input_grounded") and ids[3].startswith("open_ended")
+    assert "mixed" not in run.plan(run.parse_args([]))["workloads"]
+
+
+def test_results_are_pooled_per_concurrency_and_can_be_re_reported(tmp_path: Path) -> None:
+    from benchmarks import report
+
+    cells = [{"workload": w, "concurrency": 4, "ratios": ratios}
+             for w, ratios in (("x", [0.9, 1.0, 1.1]), ("y", [1.0, 1.2, 1.3]))]
+    pooled = report.pooled({"meta": {"concurrency": [1, 4]}, "cells": cells})
+    assert len(pooled) == 1 and pooled[0]["pairs"] == 6
+    assert pooled[0]["ratio_median"] == pytest.approx(1.05)
+    low, high = pooled[0]["ratio_interval"]
+    assert 0.9 <= low <= 1.05 <= high <= 1.3
 
 
 def test_smollm2_cached_checkpoint_is_instant(tmp_path: Path,

@@ -157,6 +157,12 @@ def _with_schedule(config: dict[str, Any], kaito: KaitoRequest, engine: EngineRe
     if method == ADAPTIVE_FALLBACK["method"]:
         notes.append("no per-batch-size schedule: the adaptive proposer sizes each row's draft "
                      "from its acceptance and the measured step cost")
+        if caps.v2_methods and method not in caps.v2_methods:
+            # vLLM 0.33: _get_v2_model_runner_unsupported_features lists custom_class
+            # (vllm/config/vllm.py:3067), so it keeps the V1 runner.
+            notes.append(f"{method} runs on vLLM's V1 model runner here (Model Runner V2 does "
+                         "not support it): async scheduling off, decode on PIECEWISE graphs; "
+                         "KAITO's ngram, the default fallback, runs on Model Runner V2")
         return config
     if not kaito.schedule:
         notes.append("static config: the load-aware schedule is off (VLLM_SPECDEC_SCHEDULE=off)")

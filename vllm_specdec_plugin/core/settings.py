@@ -36,6 +36,8 @@ ENV_SCHEDULE = "VLLM_SPECDEC_SCHEDULE"
 ENV_DRAFT_MODEL = "VLLM_SPECDEC_DRAFT_MODEL"
 ENV_PRESETS_FILE = "VLLM_SPECDEC_PRESETS_FILE"
 ENV_ADAPTIVE_STATS = "VLLM_SPECDEC_ADAPTIVE_STATS"
+ENV_ADAPTIVE_TRACE = "VLLM_SPECDEC_ADAPTIVE_TRACE"
+ENV_ADAPTIVE_SUFFIX_CACHE = "VLLM_SPECDEC_ADAPTIVE_SUFFIX_CACHE"
 ENV_CACHE = "VLLM_SPECDEC_CACHE"
 
 OnError = Literal["fail", "serve-without"]
@@ -68,6 +70,10 @@ SETTINGS: Mapping[str, Setting] = {setting.name: setting for setting in (
     Setting(ENV_DRAFT_MODEL, "a draft checkpoint directory"),
     Setting(ENV_PRESETS_FILE, "a presets YAML file in front of the tuned table"),
     Setting(ENV_ADAPTIVE_STATS, "where the adaptive proposer writes its statistics"),
+    Setting(ENV_ADAPTIVE_TRACE, "where the adaptive proposer records scored candidates "
+            "(JSON lines, for replaying its acceptance model)"),
+    Setting(ENV_ADAPTIVE_SUFFIX_CACHE, "finished requests whose responses the adaptive "
+            "proposer's suffix tree keeps for later requests (0: none)", default="10000"),
     Setting(ENV_CACHE, "the demo and benchmark model cache (not read by the plugin)"),
 )}
 PLUGIN_ENV = (*KAITO_ENV, *SETTINGS)

@@ -2,25 +2,28 @@
 
     speculative_config={"method": "custom_class",
                         "model": "vllm_specdec_plugin.adaptive.AdaptiveProposer",
-                        "num_speculative_tokens": 8}
+                        "num_speculative_tokens": 16}
 
 vLLM (0.32 and 0.33, V1 model runner) builds `AdaptiveProposer(vllm_config)` in the worker, calls
 `load_model(model)` (CPU runner) and, after each step's bookkeeping,
 `propose(sampled_token_ids, num_tokens_no_spec, token_ids_cpu, slot_mappings=...)`, expecting one
-draft list per batch row ([] = no draft). Each step it:
+draft list per batch row ([] = no draft). Each call (a "cycle"):
 
-- finds candidates per row: vLLM's own n-gram matcher over prompt + output, and a suffix-tree
-  match (arctic_inference's SuffixDecodingCache) when that package is installed;
-- scores every candidate it made last step against the tokens that came (drafted or not), per
-  row and per source, and picks the source with the higher expected accepted length;
-- times the gaps between its calls against the tokens each step verified to learn what a
-  verified token costs, and drafts a token only where its expected acceptance pays for it
-  (`policy.plan_draft_lengths`).
+1. matches rows to requests (`rows.RowTable`, vectorised) and scores last cycle's candidates
+   against the tokens that came, drafted or not (`acceptance.py`);
+2. times the cycle since the last call (the proposer's own time included) into the step-cost
+   table (`costs.py`), when it was a clean decode cycle;
+3. finds candidates for the rows it looks at (all rows when awake, a rotating share when dormant,
+   `control.py`): vLLM's own n-gram matcher over prompt + output, and arctic_inference's suffix
+   tree (when installed) only where the n-gram candidate is missing or short plus a rotating
+   sample of rows, its tree brought up to date lazily from the token array;
+4. drafts the tokens that raise expected tokens per second by more than the controller's margin
+   (`policy.plan_draft_lengths`).
 
-The proposer sees row indices, not request ids. A row is recognised as the same request when its
-first tokens and its token count continue from the previous step (and its accepted tokens are a
-prefix of what was drafted for it); anything else is a new request with a fresh history.
-Any internal error drafts nothing for that step and is logged once: the engine never sees it.
+Any internal error drafts nothing for that cycle and is logged once: the engine never sees it.
+`VLLM_SPECDEC_ADAPTIVE_STATS` names a JSON file for its counters (cost per row per cycle, awake
+and dormant, the cost table, the calibration); `VLLM_SPECDEC_ADAPTIVE_TRACE` a JSON-lines file of
+scored candidates for replaying the acceptance model (`trace.py`).
 """
 
 from __future__ import annotations
@@ -34,36 +37,27 @@ from typing import Any
 import numpy as np
 
 from vllm_specdec_plugin.core.methods import ADAPTIVE_CLASS_PATH
-from vllm_specdec_plugin.core.settings import ENV_ADAPTIVE_STATS
-from vllm_specdec_plugin.proposer.candidates import (
-    SUFFIX_MIN_TOKEN_PROB,
-    SUFFIX_TREE_DEPTH,
-    suffix_cache,
-    vllm_ngram_matcher,
+from vllm_specdec_plugin.core.settings import ENV_ADAPTIVE_STATS, ENV_ADAPTIVE_TRACE
+from vllm_specdec_plugin.proposer.acceptance import Calibration, PooledAcceptance, token_values
+from vllm_specdec_plugin.proposer.candidates import CandidateFinder
+from vllm_specdec_plugin.proposer.control import DraftController
+from vllm_specdec_plugin.proposer.costs import StepCostTable
+from vllm_specdec_plugin.proposer.policy import outcome, plan_draft_lengths
+from vllm_specdec_plugin.proposer.rows import (
+    RowState,
+    RowTable,
+    continues,
+    masked_keys,
 )
-from vllm_specdec_plugin.proposer.policy import (
-    GLOBAL_DECAY,
-    GLOBAL_PRIOR_ALPHA,
-    GLOBAL_PRIOR_WEIGHT,
-    ROW_DECAY,
-    ROW_PRIOR_WEIGHT,
-    Acceptance,
-    StepCostModel,
-    expected_tokens,
-    outcome,
-    plan_draft_lengths,
-)
-from vllm_specdec_plugin.proposer.rows import KEY_TOKENS, SOURCES, RowState, claim, continues
 from vllm_specdec_plugin.proposer.stats import write_stats
+from vllm_specdec_plugin.proposer.trace import TraceWriter
 
 CLASS_PATH = ADAPTIVE_CLASS_PATH
 DEFAULT_NUM_SPECULATIVE_TOKENS = 8
-# N-gram lengths for vLLM's matcher: longest match of 3..5 tokens (KAITO's static config uses 4).
-NGRAM_MIN, NGRAM_MAX = 3, 5
-# A gap between calls longer than this many predicted steps is idle time, not a step.
+# A gap between calls longer than this many predicted cycles is idle time, not a cycle.
 IDLE_FACTOR = 4.0
-ENV_STATS = ENV_ADAPTIVE_STATS
 STATS_EVERY = 25
+MAX_REQUEST_CYCLES = 64
 
 
 class AdaptiveProposer:
@@ -74,28 +68,31 @@ class AdaptiveProposer:
         self.k = int(spec.num_speculative_tokens or DEFAULT_NUM_SPECULATIVE_TOKENS)
         self.max_model_len = int(vllm_config.model_config.max_model_len)
         max_rows = int(vllm_config.scheduler_config.max_num_seqs)
-        self._ngram_draft = np.zeros((max_rows, self.k), dtype=np.int32)
-        self._ngram_lengths = np.zeros(max_rows, dtype=np.int32)
         from vllm.logger import init_logger
 
         self._logger = init_logger("vllm.specdec_plugin.adaptive")
-        self._batch_ngram = vllm_ngram_matcher()
-        self._suffix = suffix_cache()
-        self._warm_up()
-        self._states: dict[tuple[bytes, int], list[RowState]] = {}
-        self._global = {source: Acceptance() for source in SOURCES}
-        self.cost = StepCostModel()
+        self._finder = CandidateFinder(max_rows, self.k, self.max_model_len)
+        self._max_rows = max_rows
+        self._table = RowTable(max_rows)
+        self.pooled = PooledAcceptance()
+        self.calibration = Calibration()
+        self.cost = StepCostTable()
+        self.control = DraftController()
         self._uids = count()
-        self._last_call: float | None = None
-        self._last_tokens = 0
-        self._last_drafted = False
-        self._last_rows = 0
+        self._rows_now = 0
+        self.request_cycles: list[int] = []
+        """The cycle at which each of the first requests started (for the statistics)."""
+        self._last: tuple[float, int, int, float | None] | None = None
+        """(start, rows, drafted, baseline seconds) of the last cycle."""
         self._failed = False
-        self._stats_path = os.environ.get(ENV_STATS) or None
+        self._stats_path = os.environ.get(ENV_ADAPTIVE_STATS) or None
+        self._trace = TraceWriter.open(os.environ.get(ENV_ADAPTIVE_TRACE) or None)
         self._requests_written = 0.0
         self.stats: dict[str, float] = {
             "calls": 0, "rows": 0, "overhead_s": 0.0, "requests": 0, "draft_tokens": 0,
-            "accepted_tokens": 0, "steps_timed": 0, "errors": 0}
+            "accepted_tokens": 0, "steps_timed": 0, "errors": 0, "awake_rows": 0,
+            "awake_overhead_s": 0.0, "dormant_rows": 0, "dormant_overhead_s": 0.0,
+            "probed_rows": 0, "baseline_cycles": 0}
 
     def load_model(self, *args: Any, **kwargs: Any) -> None:
         """No model: the CPU model runner calls this for every drafter."""
@@ -104,6 +101,7 @@ class AdaptiveProposer:
                 token_ids_cpu: np.ndarray, slot_mappings: Any = None) -> list[list[int]]:
         """One draft list per batch row; never raises."""
         start = time.perf_counter()
+        dormant = self.control.dormant
         try:
             drafts = self._propose(start, sampled_token_ids, num_tokens_no_spec, token_ids_cpu)
         except Exception:
@@ -114,197 +112,196 @@ class AdaptiveProposer:
                                        "(logged once)")
             self._reset()
             drafts = [[] for _ in sampled_token_ids]
-        end = time.perf_counter()
+        spent = time.perf_counter() - start
+        rows = len(sampled_token_ids)
+        mode = "dormant" if dormant else "awake"
         self.stats["calls"] += 1
-        self.stats["rows"] += len(sampled_token_ids)
-        self.stats["overhead_s"] += end - start
+        self.stats["rows"] += rows
+        self.stats["overhead_s"] += spent
+        self.stats[f"{mode}_rows"] += rows
+        self.stats[f"{mode}_overhead_s"] += spent
         if self._stats_path and (self.stats["calls"] % STATS_EVERY == 0
                                  or self.stats["requests"] != self._requests_written):
             self._requests_written = self.stats["requests"]
-            write_stats(self._stats_path, self.stats, self.cost.estimate(), {
-                source: self._global[source].alpha(GLOBAL_PRIOR_ALPHA, GLOBAL_PRIOR_WEIGHT)
-                for source in SOURCES}, self._suffix is not None, self._logger)
+            self.write_stats(self._stats_path)
         return drafts
+
+    def write_stats(self, path: str) -> None:
+        write_stats(path, self.stats, {
+            "cost_table": self.cost.summary(), "pooled": self.pooled.table(),
+            "calibration": {s: self.calibration.factor(s) for s in self.calibration.predicted},
+            "margin": self.control.margin, "dormant": self.control.dormant,
+            **self.control.counters, "events": self.control.events,
+            "request_cycles": self.request_cycles,
+            "suffix": self._finder.suffix is not None,
+            "suffix_calls": self._finder.suffix_calls}, self._logger)
 
     def _reset(self) -> None:
         """Forget every row (after an internal error): all requests start afresh."""
-        self._states = {}
-        self._last_call = None
-        if self._suffix is not None:
-            try:
-                for uid in list(self._suffix.active_requests):
-                    self._suffix.stop_request(uid)
-            except Exception:  # a broken cache: start a new one
-                self._suffix = suffix_cache()
+        self._table = RowTable(len(self._table.counts))
+        self._last = None
+        self._finder.reset()
 
-    # -- one step ---------------------------------------------------------------------------
+    # -- one cycle --------------------------------------------------------------------------
 
     def _propose(self, now: float, sampled: list[list[int]], num_tokens: np.ndarray,
                  token_ids: np.ndarray) -> list[list[int]]:
         rows = len(sampled)
-        states, fresh = self._match_rows(sampled, num_tokens, token_ids)
-        self._time_last_step(now, rows, clean=not fresh and all(sampled))
-        decoding = [i for i in range(rows)
-                    if sampled[i] and num_tokens[i] < self.max_model_len - 1]
-        candidates = self._candidates(decoding, states, num_tokens, token_ids)
-        limits, alphas = [], []
-        for i in decoding:
-            state = states[i]
-            assert state is not None  # every decoding row has a state (_match_rows)
-            draft, alpha = self._best(state, candidates[i])
-            state.draft = draft  # the full candidate; cut to the plan below
-            room = self.max_model_len - 1 - int(num_tokens[i])
-            limits.append(min(len(draft), self.k, max(room, 0)))
-            alphas.append(alpha)
-        lengths = plan_draft_lengths(limits, alphas, len(decoding), self.cost.estimate())
-        drafts: list[list[int]] = [[] for _ in range(rows)]
-        drafted = 0
-        for i, length in zip(decoding, lengths, strict=True):
+        if rows > self._max_rows:
+            raise ValueError(f"{rows} rows, more than max_num_seqs={self._max_rows}")
+        self._rows_now = rows
+        lens = np.fromiter(map(len, sampled), dtype=np.int64, count=rows)
+        counts = np.asarray(num_tokens[:rows], dtype=np.int64)
+        if len(counts) != rows:
+            raise ValueError(f"{rows} sampled rows but {len(counts)} token counts")
+        states, accepted, fresh = self._match_rows(sampled, lens, counts, token_ids)
+        self._time_cycle(now, rows, accepted, clean=not fresh and bool(lens.all()))
+        decoding = [i for i in range(rows) if states[i] is not None
+                    and counts[i] < self.max_model_len - 1]
+        looked = [i for i in decoding if self.control.probes(i) or not _probed(states[i])]
+        # vLLM's own int32 counts: the numba matcher was compiled for them (an int64 copy
+        # would compile a second specialisation inside the engine, ~1 s)
+        candidates = self._finder.find(looked, states, num_tokens, token_ids, self.control.cycle,
+                                       dormant=self.control.dormant)
+        self.stats["probed_rows"] += len(looked)
+        values: list[list[float]] = []
+        chosen: list[tuple[int, str | None]] = []
+        for i in looked:
             state = states[i]
             assert state is not None
-            drafts[i] = state.draft[:length]
-            state.draft = drafts[i]
+            best, best_values, best_sum = None, [], 0.0
+            room = max(self.max_model_len - 1 - int(counts[i]), 0)
+            for source, candidate in candidates[i].items():
+                limit = min(len(candidate.tokens), self.k, room)
+                raw = token_values(self.pooled.rates((source, candidate.band, candidate.full)),
+                                   state.evidence.factor(source), limit)
+                factor = self.calibration.factor(source)
+                calibrated = [factor * v for v in raw]
+                if sum(calibrated) > best_sum:
+                    best, best_values, best_sum = source, calibrated, sum(calibrated)
+            values.append(best_values)
+            chosen.append((i, best))
+        wants_baseline = self.cost.wants_baseline(rows)
+        lengths = [0] * len(values) if wants_baseline else plan_draft_lengths(
+            values, rows, lambda d: self.cost.seconds(rows, d), self.control.margin)
+        self.stats["baseline_cycles"] += int(wants_baseline and any(values))
+        drafts: list[list[int]] = [[] for _ in range(rows)]
+        drafted = 0
+        for state in states:
+            if state is not None:
+                state.draft = []
+        for (i, picked), length, row_values in zip(chosen, lengths, values, strict=True):
+            state = states[i]
+            assert state is not None
+            if picked is None or not length:
+                continue
+            candidate = candidates[i][picked]
+            factor = self.calibration.factor(picked)
+            candidate.drafted = length
+            candidate.calibrated = sum(row_values[:length])
+            candidate.predicted = candidate.calibrated / factor
+            drafts[i] = state.draft = candidate.tokens[:length]
             drafted += length
-        self._remember(states, rows)
-        self._last_call = time.perf_counter()
-        self._last_tokens = len(decoding) + drafted
-        self._last_drafted = drafted > 0
-        self._last_rows = rows
+        self.control.requests = int(self.stats["requests"])
+        self.control.planned(drafted)
+        self._table.store(states, counts, token_ids)
+        self._last = (now, rows, drafted, self.cost.baseline(rows))
         self.stats["draft_tokens"] += drafted
         return drafts
 
-    def _match_rows(self, sampled: list[list[int]], num_tokens: np.ndarray,
-                    token_ids: np.ndarray) -> tuple[list[RowState | None], bool]:
-        """Each row's state: its request's history if it continues, else a fresh one."""
-        previous, self._states = self._states, {}
-        states: list[RowState | None] = []
+    def _match_rows(self, sampled: list[list[int]], lens: np.ndarray, counts: np.ndarray,
+                    token_ids: np.ndarray) -> tuple[list[RowState | None], int, bool]:
+        """Each row's state (its request's history if it continues, else a fresh one; None for
+        a row that sampled nothing), the drafted tokens accepted, and whether any row is new."""
+        rows = len(sampled)
+        before = counts - lens
+        table = self._table
+        same = table.continuing(rows, before, token_ids) & (lens > 0)
+        previous = table.states
+        states: list[RowState | None] = [None] * rows
+        kept = np.zeros(rows, dtype=bool)
+        for i in np.flatnonzero(same).tolist():
+            state = previous[i]
+            if state is not None and (not state.draft or continues(state, sampled[i])):
+                states[i] = state
+                kept[i] = True
         fresh = False
-        for i, new in enumerate(sampled):
-            n = int(num_tokens[i])
-            before = n - len(new)
-            state = claim(previous, token_ids[i, :min(KEY_TOKENS, before)].tobytes(),
-                                before, i)
-            if state is not None and new and not continues(state, new):
-                self._stop(state)
-                state = None
+        accepted = 0
+        if not kept.all() or table.stored > rows:
+            displaced = table.displaced(rows, kept)
+            for i in np.flatnonzero(~kept).tolist():
+                if not lens[i]:
+                    continue  # a partial prefill: nothing to draft or learn yet
+                key = (_key_bytes(token_ids, i, int(before[i])), int(before[i]))
+                old = displaced.get(key)
+                state = previous[old.pop(old.index(i) if i in old else 0)] if old else None
+                if state is not None and state.draft and not continues(state, sampled[i]):
+                    self._stop(state)
+                    state = None
+                if state is None:
+                    state = self._start(int(before[i]))
+                    fresh = True
+                states[i] = state
+            for leftovers in displaced.values():  # requests gone from the batch
+                for j in leftovers:
+                    old_state = previous[j]
+                    if old_state is not None:
+                        self._stop(old_state)
+        for i, state in enumerate(states):
             if state is None:
-                if not new:  # a partial prefill: nothing to draft or learn yet
-                    states.append(None)
-                    continue
-                state = self._start(i, n, new, token_ids)
-                fresh = True
-            else:
-                self._score(state, new)
-                if self._suffix is not None and new:
-                    self._suffix.add_active_response(state.uid, list(new))
-            state.row, state.tokens = i, n
-            state.key = token_ids[i, :min(KEY_TOKENS, n)].tobytes()
-            states.append(state)
-        for leftovers in previous.values():  # requests gone from the batch
-            for state in leftovers:
-                self._stop(state)
-        return states, fresh
+                continue
+            if state.draft:
+                accepted += int(lens[i]) - 1
+            if state.candidates:
+                self._score(state, sampled[i])
+        self.stats["accepted_tokens"] += accepted
+        return states, accepted, fresh
 
-    def _start(self, row: int, n: int, new: list[int], token_ids: np.ndarray) -> RowState:
-        uid = next(self._uids)
+    def _start(self, prompt_len: int) -> RowState:
         self.stats["requests"] += 1
-        state = RowState(uid=uid, row=row, tokens=n, key=b"")
-        if self._suffix is not None:
-            prompt = np.ascontiguousarray(token_ids[row, :n - len(new)], dtype=np.int32)
-            self._suffix.start_request(uid, prompt)
-            self._suffix.add_active_response(uid, list(new))
-        return state
+        if len(self.request_cycles) < MAX_REQUEST_CYCLES:
+            self.request_cycles.append(self.control.cycle)
+        return RowState(uid=next(self._uids), prompt_len=prompt_len)
 
     def _stop(self, state: RowState) -> None:
-        if self._suffix is not None and state.uid in self._suffix.active_requests:
-            self._suffix.stop_request(state.uid)
+        self._finder.stop(state)
 
     def _score(self, state: RowState, new: Sequence[int]) -> None:
-        """Learn from last step's candidates (drafted or shadow) against the tokens that came."""
-        if state.draft:
-            accepted = len(new) - 1
-            self.stats["accepted_tokens"] += accepted
+        """Learn from last cycle's candidates (drafted or shadow) against the tokens that came."""
         for source, candidate in state.candidates.items():
-            hits, misses = outcome(candidate, new)
-            if hits or misses:
-                state.acceptance[source].observe(hits, misses, ROW_DECAY)
-                self._global[source].observe(hits, misses, GLOBAL_DECAY)
+            hits, misses = outcome(candidate.tokens, new)
+            if not (hits or misses):
+                continue
+            key = (source, candidate.band, candidate.full)
+            expected = self.pooled.observe(key, hits, misses)
+            state.evidence.observe(source, hits, expected, full=not misses)
+            if candidate.drafted:
+                realised = min(len(new) - 1, candidate.drafted)
+                self.calibration.observe(source, candidate.predicted, realised)
+            if self._trace is not None:
+                self._trace.write(self.control.cycle, self._rows_now, state.uid, source,
+                                  candidate, hits, misses, len(new))
         state.candidates = {}
 
-    def _time_last_step(self, now: float, rows: int, clean: bool) -> None:
-        """Feed the gap since the last call to the cost model, when it was one decode step."""
-        if self._last_call is None or not clean or rows != self._last_rows:
+    def _time_cycle(self, now: float, rows: int, accepted: int, clean: bool) -> None:
+        """Feed the time since the last call to the cost table, when it was one decode cycle of
+        the same rows, and tell the controller what a drafting cycle realised."""
+        last, self._last = self._last, None
+        if last is None or not clean or rows != last[1]:
             return  # a prefill ran in that step, or the batch changed shape: not a clean sample
-        gap = now - self._last_call
-        estimate = self.cost.estimate()
-        if estimate is not None and gap > IDLE_FACTOR * estimate.seconds(
-                self._last_tokens, self._last_drafted):
-            return
-        self.cost.observe(self._last_tokens, self._last_drafted, gap)
+        start, _, drafted, baseline = last
+        gap = now - start
+        if baseline is not None and gap > IDLE_FACTOR * baseline * (1 + drafted / max(rows, 1)):
+            return  # the engine sat idle between calls
+        self.cost.observe(rows, drafted, gap)
         self.stats["steps_timed"] += 1
+        if drafted and baseline:
+            self.control.drafted_cycle(((rows + accepted) / gap) / (rows / baseline))
 
-    def _candidates(self, decoding: list[int], states: list[RowState | None],
-                    num_tokens: np.ndarray, token_ids: np.ndarray
-                    ) -> dict[int, dict[str, list[int]]]:
-        found: dict[int, dict[str, list[int]]] = {i: {} for i in decoding}
-        if decoding and self._batch_ngram is not None:
-            self._ngram_lengths[:] = 0
-            self._run_ngram(decoding, num_tokens, token_ids)
-            for i in decoding:
-                length = int(self._ngram_lengths[i])
-                if length:
-                    found[i]["ngram"] = self._ngram_draft[i, :length].tolist()
-        if self._suffix is not None:
-            for i in decoding:
-                state = states[i]
-                assert state is not None
-                n = int(num_tokens[i])
-                context = np.ascontiguousarray(
-                    token_ids[i, max(0, n - SUFFIX_TREE_DEPTH):n], dtype=np.int32)
-                draft = self._suffix.speculate(
-                    state.uid, context, max_spec_tokens=self.k,
-                    min_token_prob=SUFFIX_MIN_TOKEN_PROB)
-                if draft.token_ids:
-                    found[i]["suffix"] = list(draft.token_ids)
-        for i in decoding:
-            state = states[i]
-            assert state is not None
-            state.candidates = found[i]
-        return found
+def _probed(state: RowState | None) -> bool:
+    return state is not None and state.probed
 
-    def _best(self, state: RowState | None, candidates: dict[str, list[int]]
-              ) -> tuple[list[int], tuple[float, float]]:
-        """The candidate with the higher expected accepted length, and its row's alpha."""
-        assert state is not None
-        best: tuple[float, list[int], tuple[float, float]] = (0.0, [], (0.0, 0.0))
-        for source, draft in candidates.items():
-            prior = self._global[source].alpha(GLOBAL_PRIOR_ALPHA, GLOBAL_PRIOR_WEIGHT)
-            alpha = state.acceptance[source].alpha(prior, ROW_PRIOR_WEIGHT)
-            expected = expected_tokens(min(len(draft), self.k), alpha)
-            if expected > best[0]:
-                best = (expected, draft, alpha)
-        return best[1], best[2]
 
-    def _remember(self, states: list[RowState | None], rows: int) -> None:
-        for state in states[:rows]:
-            if state is not None:
-                self._states.setdefault((state.key, state.tokens), []).append(state)
-
-    def _warm_up(self) -> None:
-        """Compile vLLM's numba matcher now, not on the first request."""
-        if self._batch_ngram is None:
-            return
-        tokens = np.arange(32, dtype=np.int32).reshape(1, 32) % 4
-        self._run_ngram([0], np.array([32], dtype=np.int32), tokens)
-
-    def _run_ngram(self, rows: list[int], num_tokens: np.ndarray, token_ids: np.ndarray) -> None:
-        """vLLM's matcher on one thread, as vLLM's ngram proposer runs it for small batches."""
-        import numba
-
-        threads = numba.get_num_threads()
-        numba.set_num_threads(1)
-        try:
-            self._batch_ngram(rows, num_tokens, token_ids, NGRAM_MIN, NGRAM_MAX,
-                              self.max_model_len, self.k, self._ngram_draft, self._ngram_lengths)
-        finally:
-            numba.set_num_threads(threads)
+def _key_bytes(token_ids: np.ndarray, row: int, count_before: int) -> bytes:
+    """A row's key as `RowTable` stores it (masked at `count_before`), as bytes."""
+    return masked_keys(token_ids[row:row + 1], 1, np.array([count_before]))[0].tobytes()

@@ -1,8 +1,10 @@
 """Which request a batch row holds: the proposer sees row indices, not request ids.
 
-A row is the same request as last step when its first tokens and its token count continue from
-the previous step and its accepted tokens are a prefix of what was drafted for it; anything else
-is a new request with a fresh history.
+A row holds the same request as last cycle when its first `KEY_TOKENS` tokens and its token
+count continue from it (checked for the whole batch at once with numpy) and its accepted tokens
+are a prefix of what was drafted for it; a request that vLLM moved to another row (the batch is
+condensed when requests finish) is found by the same key; anything else is a new request with a
+fresh history.
 """
 
 from __future__ import annotations
@@ -10,11 +12,27 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from vllm_specdec_plugin.proposer.policy import Acceptance
+import numpy as np
 
-SOURCES = ("ngram", "suffix")
-# A row is recognised by its first tokens and its length.
+from vllm_specdec_plugin.proposer.acceptance import RowEvidence
+
 KEY_TOKENS = 8
+
+
+@dataclass
+class Candidate:
+    """One source's candidate for a row this cycle, scored against what comes next cycle."""
+
+    tokens: list[int]
+    band: int
+    """Strength band (`acceptance.strength_band`)."""
+    full: bool
+    """The row's previous candidate of this source matched in full (a feature)."""
+    drafted: int = 0
+    predicted: float = 0.0
+    """Expected accepted tokens of the drafted prefix (uncalibrated), when drafted."""
+    calibrated: float = 0.0
+    """The same, calibrated: what the plan counted on."""
 
 
 @dataclass
@@ -22,30 +40,75 @@ class RowState:
     """What the proposer remembers about the request in one batch row."""
 
     uid: int
-    row: int
-    tokens: int
-    """num_tokens_no_spec after the last call."""
-    key: bytes
-    acceptance: dict[str, Acceptance] = field(
-        default_factory=lambda: {source: Acceptance() for source in SOURCES})
-    candidates: dict[str, list[int]] = field(default_factory=dict)
-    """Last step's candidate per source (scored against what came, drafted or not)."""
+    prompt_len: int
+    evidence: RowEvidence = field(default_factory=RowEvidence)
+    candidates: dict[str, Candidate] = field(default_factory=dict)
     draft: list[int] = field(default_factory=list)
-    """What was actually proposed for this row last step."""
+    """What was actually proposed for this row last cycle."""
+    suffix_synced: int = -1
+    """Tokens given to the suffix tree so far (-1: the request is not started there)."""
+    probed: bool = False
+    """Candidates were looked for at least once (a new request is probed even when dormant)."""
 
-
-def claim(previous: dict[tuple[bytes, int], list[RowState]], key: bytes, tokens: int,
-               row: int) -> RowState | None:
-        """Take the state stored under (key, tokens), preferring the one that was in `row`."""
-        candidates = previous.get((key, tokens))
-        if not candidates:
-            return None
-        for index, state in enumerate(candidates):
-            if state.row == row:
-                return candidates.pop(index)
-        return candidates.pop(0)
 
 def continues(state: RowState, new: Sequence[int]) -> bool:
-        """Whether `new` (accepted drafts + bonus) can follow what was drafted for the row."""
-        accepted = len(new) - 1
-        return accepted <= len(state.draft) and list(new[:accepted]) == state.draft[:accepted]
+    """Whether `new` (accepted drafts + bonus) can follow what was drafted for the row."""
+    accepted = len(new) - 1
+    return accepted <= len(state.draft) and list(new[:accepted]) == state.draft[:accepted]
+
+
+def masked_keys(token_ids: np.ndarray, rows: int, counts: np.ndarray) -> np.ndarray:
+    """Each row's first KEY_TOKENS tokens, with positions at or past `counts[i]` set to -1
+    (the token array holds stale tokens there)."""
+    keys = np.array(token_ids[:rows, :KEY_TOKENS], dtype=np.int64)
+    width = keys.shape[1]
+    keys[np.arange(width)[None, :] >= counts[:rows, None]] = -1
+    return keys
+
+
+class RowTable:
+    """Per-row states with the previous cycle's keys and token counts."""
+
+    def __init__(self, max_rows: int) -> None:
+        self._grow(max(max_rows, 1))
+
+    def _grow(self, size: int) -> None:
+        self.counts = np.full(size, -1, dtype=np.int64)
+        self.keys = np.full((size, KEY_TOKENS), -2, dtype=np.int64)
+        self.states: list[RowState | None] = [None] * size
+        self.stored = 0
+        """Rows stored by the last cycle (states beyond them are None)."""
+
+    def continuing(self, rows: int, before: np.ndarray, token_ids: np.ndarray) -> np.ndarray:
+        """Rows whose key and count (before this cycle's tokens) equal last cycle's."""
+        if rows > len(self.counts):
+            self._grow(rows)
+        keys = masked_keys(token_ids, rows, before)
+        width = keys.shape[1]
+        same = (before[:rows] == self.counts[:rows]) & (
+            keys == self.keys[:rows, :width]).all(axis=1)
+        return np.asarray(same, dtype=bool)
+
+    def displaced(self, rows: int, kept: np.ndarray) -> dict[tuple[bytes, int], list[int]]:
+        """Last cycle's rows whose state no row kept in place: (key, count) -> old rows."""
+        out: dict[tuple[bytes, int], list[int]] = {}
+        for j in range(self.stored):
+            state = self.states[j]
+            if state is None or (j < rows and kept[j]):
+                continue
+            out.setdefault((self.keys[j].tobytes(), int(self.counts[j])), []).append(j)
+        return out
+
+    def store(self, states: list[RowState | None], counts: np.ndarray,
+              token_ids: np.ndarray) -> None:
+        """This cycle's states, keyed by the tokens they hold now."""
+        rows = len(states)
+        if rows > len(self.counts):
+            self._grow(rows)
+        self.counts[:] = -1
+        self.counts[:rows] = counts[:rows]
+        keys = masked_keys(token_ids, rows, counts)
+        self.keys[:rows, :keys.shape[1]] = keys
+        self.keys[:rows, keys.shape[1]:] = -1
+        self.states = states + [None] * (len(self.counts) - rows)
+        self.stored = rows

@@ -419,3 +419,16 @@ def test_the_tokens_rule_is_in_the_method_table():
     always = {name for name, spec in METHODS.items() if spec.tokens_required == "always"}
     assert always == {"ngram", "custom_class", "extract_hidden_states"}
     assert METHODS["suffix"].tokens_required == "never"
+
+
+def test_adaptive_fallback_says_it_leaves_model_runner_v2():
+    kaito = KaitoRequest(Annotation("true", "test"), fallback="adaptive")
+    # vLLM 0.33.0 has custom_class (vllm/config/speculative.py); VLLM_033's list here predates it
+    caps = replace(CUDA_V2, methods=CUDA_V2.methods | {"custom_class"})
+    cuda = decide(kaito, EngineRequest(model="microsoft/Phi-4-mini-instruct"), caps,
+                  builtin_preset_table())
+    assert cuda.source == "adaptive-fallback"
+    assert any("V1 model runner" in n and "Model Runner V2" in n for n in cuda.notes)
+    cpu = decide(kaito, EngineRequest(model="microsoft/Phi-4-mini-instruct"), SCHED,
+                 builtin_preset_table())
+    assert not any("V1 model runner" in n for n in cpu.notes)  # no V2 runner there

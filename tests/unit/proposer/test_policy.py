@@ -1,27 +1,45 @@
-"""The adaptive proposer's policy and row tracking, without an engine (fast).
+"""The adaptive proposer's pure parts: acceptance, step costs, the plan and the controller.
 
-The engine-level behaviour (tokens, counters, mixed sampling) is in tests/test_adaptive.py.
+The proposer class driven like the model runner drives it is in test_proposer.py; the engine
+behaviour (tokens, counters, mixed sampling) in tests/engine/test_adaptive.py.
 """
 
 from __future__ import annotations
 
-import importlib
+import math
 import random
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from vllm_specdec_plugin.proposer.policy import (
-    Acceptance,
-    StepCost,
-    StepCostModel,
-    outcome,
-    plan_draft_lengths,
+from vllm_specdec_plugin.proposer import control as control_module
+from vllm_specdec_plugin.proposer.acceptance import (
+    PRIOR_RATE,
+    Calibration,
+    PooledAcceptance,
+    RowEvidence,
+    bucket_counts,
+    position_bucket,
+    strength_band,
+    token_values,
 )
+from vllm_specdec_plugin.proposer.control import DORMANT_AFTER, PROBE_EVERY, DraftController
+from vllm_specdec_plugin.proposer.costs import BASELINE_EVERY, StepCostTable, bucket
+from vllm_specdec_plugin.proposer.policy import outcome, plan_draft_lengths
 
-CPU_LIKE = StepCost(fixed=0.055, per_token=0.0035, switch=0.002)  # SmolLM2 on 2 cores
 
+def linear(fixed: float, per_token: float, switch: float):
+    """A step-cost function of drafted tokens at a given batch (what `StepCostTable.seconds`
+    returns), for planning tests."""
+    def cost(rows: int):
+        return lambda d: fixed + per_token * (rows + d) + np.where(d > 0, switch, 0.0)
+    return cost
+
+
+CPU_LIKE = linear(0.055, 0.0035, 0.002)  # SmolLM2 on 2 cores
+
+
+# -- outcome and acceptance -------------------------------------------------------------------
 
 def test_outcome_counts_the_accepted_prefix_then_one_miss():
     assert outcome([1, 2, 3], [1, 2, 9]) == (2, 1)
@@ -31,184 +49,201 @@ def test_outcome_counts_the_accepted_prefix_then_one_miss():
     assert outcome([], [7]) == (0, 0)
 
 
-def test_acceptance_decays_towards_recent_outcomes():
-    row = Acceptance()
-    assert row.alpha((0.5, 0.7), 2.0) == (0.5, 0.7)
-    for _ in range(10):
-        row.observe(5, 0, 0.85)
-    first, later = row.alpha((0.5, 0.7), 2.0)
-    assert first > 0.8 and later > 0.9
-    for _ in range(6):
-        row.observe(0, 1, 0.85)
-    assert row.alpha((0.5, 0.7), 2.0)[0] < 0.5 < first
+def test_positions_fall_into_buckets_and_outcomes_count_per_bucket():
+    assert [position_bucket(p) for p in (1, 2, 3, 4, 5, 8, 9, 30)] == [0, 1, 2, 2, 3, 3, 4, 4]
+    assert bucket_counts(0, 1) == [(0, 0, 1)]
+    assert bucket_counts(3, 1) == [(0, 1, 1), (1, 1, 1), (2, 1, 2)]  # 1, 2, 3 hit; 4 missed
+    assert bucket_counts(10, 0) == [(0, 1, 1), (1, 1, 1), (2, 2, 2), (3, 4, 4), (4, 2, 2)]
+    total = bucket_counts(10, 0)
+    assert sum(a for _, a, _ in total) == 10 and sum(t for _, _, t in total) == 10
 
 
-def test_a_copy_run_is_told_apart_from_a_lucky_first_token():
-    copying, lucky = Acceptance(), Acceptance()
-    for _ in range(8):
-        copying.observe(6, 0, 0.85)
-        lucky.observe(1, 1, 0.85)
-    assert copying.alpha((0.5, 0.7), 2.0)[1] > 0.9 > 0.3 > lucky.alpha((0.5, 0.7), 2.0)[1]
+def test_suffix_strength_has_bands_ngram_one():
+    assert strength_band("suffix", 0.2) == 0
+    assert strength_band("suffix", 0.6) == 1
+    assert strength_band("suffix", 0.95) == 2
+    assert strength_band("ngram", 0.95) == 0
+
+
+def test_pooled_rates_learn_per_feature_and_report_what_they_expected():
+    pooled = PooledAcceptance()
+    copying, guessing = ("ngram", 0, True), ("ngram", 0, False)
+    assert pooled.rates(copying) == PRIOR_RATE
+    for _ in range(200):
+        pooled.observe(copying, 8, 0)
+        pooled.observe(guessing, 0, 1)
+    assert pooled.rates(copying)[0] > 0.95 and pooled.rates(copying)[3] > 0.95
+    assert pooled.rates(guessing)[0] < 0.05
+    # later positions of `guessing` were never observed: they keep the prior
+    assert pooled.rates(guessing)[3] == pytest.approx(PRIOR_RATE[3])
+    expected = pooled.observe(copying, 2, 1)  # 3 trials at rates near 1
+    assert 2.8 < expected <= 3.0
+
+
+def test_row_evidence_is_shrunk_towards_the_pool():
+    row = RowEvidence()
+    assert row.factor("ngram") == 1.0
+    row.observe("ngram", 0, 0.5, full=False)
+    assert 0.7 < row.factor("ngram") < 1.0   # one miss moves it a little
+    for _ in range(20):
+        row.observe("ngram", 0, 0.5, full=False)
+    assert row.factor("ngram") < 0.7
+
+
+def test_calibration_removes_a_constant_overestimate_within_its_range():
+    calibration = Calibration()
+    assert calibration.factor("suffix") == 1.0
+    for _ in range(500):
+        calibration.observe("suffix", predicted=4.0, realised=2)
+    assert calibration.factor("suffix") == pytest.approx(0.5, rel=0.05)
+    for _ in range(500):
+        calibration.observe("ngram", predicted=1.0, realised=0)
+    assert calibration.factor("ngram") == 0.2  # the floor
+
+
+def test_token_values_fall_with_position_and_respect_the_limit():
+    values = token_values((0.9, 0.9, 0.9, 0.9, 0.9), 1.0, 6)
+    assert len(values) == 6 and values == sorted(values, reverse=True)
+    assert values[0] == pytest.approx(0.9) and values[5] == pytest.approx(0.9 ** 6)
+    assert max(token_values((0.9,) * 5, 10.0, 4)) < 1.0  # capped below certainty
+
+
+# -- step costs -------------------------------------------------------------------------------
+
+def test_cost_table_wants_a_baseline_first_and_again_when_stale():
+    table = StepCostTable()
+    assert table.wants_baseline(4) and table.seconds(4, np.array([0, 4])) is None
+    table.observe(4, 0, 0.1)
+    assert not table.wants_baseline(5)  # same bucket (4-7)
+    assert table.wants_baseline(8)       # another bucket
+    for _ in range(BASELINE_EVERY):
+        table.observe(4, 6, 0.13)
+    assert table.wants_baseline(4)
+    assert bucket(1) == 1 and bucket(3) == 2 and bucket(4) == bucket(7) == 3
+
+
+def test_cost_table_recovers_baseline_switch_and_per_token_cost():
+    table = StepCostTable()
+    rng = random.Random(0)
+    for _ in range(600):
+        drafted = rng.choice([0, 0, 2, 5, 9, 14])
+        seconds = 0.08 + (0.004 + 0.002 * drafted if drafted else 0.0)
+        table.observe(16, drafted, seconds * (1 + rng.uniform(-0.02, 0.02)))
+    assert table.baseline(16) == pytest.approx(0.08, rel=0.05)
+    fit = table.extra(16)
+    assert fit is not None
+    switch, per_token = fit
+    assert per_token == pytest.approx(0.002, rel=0.2)
+    assert switch == pytest.approx(0.004, abs=0.002)
+    predicted = table.seconds(16, np.array([0, 10]))
+    assert predicted is not None and predicted[1] == pytest.approx(0.104, rel=0.08)
+
+
+def test_cost_table_without_drafting_steps_uses_the_prior_shape():
+    table = StepCostTable()
+    for _ in range(20):
+        table.observe(32, 0, 0.1)
+    fit = table.extra(32)
+    assert fit is not None and fit[1] > 0 and fit[0] >= 0
+
+
+# -- the plan ---------------------------------------------------------------------------------
+
+def plan(values, rows, cost=CPU_LIKE, margin=0.0):
+    return plan_draft_lengths(values, rows, cost(rows), margin)
+
+
+def geometric(first: float, later: float, limit: int) -> list[float]:
+    out, value = [], first
+    for _ in range(limit):
+        out.append(value)
+        value *= later
+    return out
 
 
 def test_batch_one_drafts_long_when_accepting():
-    lengths = plan_draft_lengths([16], [(0.9, 0.9)], rows=1, cost=CPU_LIKE)
-    assert lengths[0] >= 10
+    assert plan([geometric(0.9, 0.9, 16)], 1)[0] >= 10
 
 
 def test_saturated_batch_of_open_ended_rows_drafts_nothing():
-    rows = 32
-    lengths = plan_draft_lengths([16] * rows, [(0.35, 0.35)] * rows, rows=rows, cost=CPU_LIKE)
-    assert sum(lengths) == 0
+    assert sum(plan([geometric(0.35, 0.35, 16)] * 32, 32)) == 0
 
 
 def test_saturated_batch_keeps_drafting_for_rows_that_copy():
-    alphas = [(0.97, 0.97)] * 4 + [(0.3, 0.3)] * 28
-    lengths = plan_draft_lengths([16] * 32, alphas, rows=32, cost=CPU_LIKE)
+    values = [geometric(0.97, 0.97, 16)] * 4 + [geometric(0.3, 0.3, 16)] * 28
+    lengths = plan(values, 32)
     assert all(length >= 3 for length in lengths[:4])
     assert sum(lengths[4:]) == 0
 
 
 def test_more_load_means_shorter_drafts():
-    at = {rows: plan_draft_lengths([16] * rows, [(0.8, 0.8)] * rows, rows, CPU_LIKE)[0]
-          for rows in (1, 4, 16, 32)}
+    at = {rows: plan([geometric(0.8, 0.8, 16)] * rows, rows)[0] for rows in (1, 4, 16, 32)}
     assert at[1] >= at[4] >= at[16] >= at[32]
     assert at[1] > at[32]
 
 
-def test_no_cost_estimate_or_no_candidate_means_no_draft():
-    assert plan_draft_lengths([8], [(0.99, 0.99)], rows=1, cost=None) == [0]
-    assert plan_draft_lengths([0, 0], [(0.99, 0.99)] * 2, rows=2, cost=CPU_LIKE) == [0, 0]
+def test_no_measurement_or_no_candidate_means_no_draft():
+    assert plan_draft_lengths([geometric(0.99, 0.99, 8)], 1, lambda d: None) == [0]
+    assert plan([[], []], 2) == [0, 0]
 
 
-def test_switch_cost_stops_a_lone_marginal_draft():
-    costly = StepCost(fixed=0.01, per_token=0.001, switch=0.01)
-    assert plan_draft_lengths([1], [(0.5, 0.5)], rows=8, cost=costly) == [0]
+def test_switch_cost_and_margin_stop_a_marginal_draft():
+    costly = linear(0.01, 0.001, 0.01)
+    assert plan([[0.5]], 8, cost=costly) == [0]
+    # a draft that pays 3% on paper is dropped at a 5% margin, kept at none
+    barely = linear(0.1, 0.0, 0.0)
+    assert plan([[0.03]], 1, cost=barely, margin=0.0) == [1]
+    assert plan([[0.03]], 1, cost=barely, margin=0.05) == [0]
 
 
-def test_cost_model_recovers_linear_step_time():
-    model = StepCostModel()
-    rng = random.Random(0)
-    for _ in range(400):
-        rows = rng.choice([1, 4, 16, 32])
-        drafted = rng.randrange(0, 3 * rows)
-        seconds = 0.05 + 0.003 * (rows + drafted) + (0.002 if drafted else 0.0)
-        model.observe(rows + drafted, drafted > 0, seconds * (1 + rng.uniform(-0.03, 0.03)))
-    cost = model.estimate()
-    assert cost is not None
-    assert cost.fixed == pytest.approx(0.05, rel=0.15)
-    assert cost.per_token == pytest.approx(0.003, rel=0.15)
+# -- the controller ---------------------------------------------------------------------------
+
+def test_margin_rises_while_drafting_loses_and_falls_while_it_pays():
+    controller = DraftController()
+    start = controller.margin
+    for _ in range(10):
+        controller.drafted_cycle(0.9)
+    assert controller.margin > start
+    high = controller.margin
+    for _ in range(40):
+        controller.drafted_cycle(1.3)
+    assert controller.margin < high
+    assert controller.margin >= control_module.MARGIN_RANGE[0]
 
 
-def test_cost_model_without_variation_falls_back_on_the_prior_shape():
-    model = StepCostModel()
-    for _ in range(50):
-        model.observe(32, False, 0.1)
-    cost = model.estimate()
-    assert cost is not None and cost.seconds(32, False) == pytest.approx(0.1, rel=0.05)
-    assert cost.per_token > 0
+def test_dormant_after_idle_cycles_then_awake_when_probes_would_draft():
+    controller = DraftController()
+    for _ in range(DORMANT_AFTER - 1):
+        controller.planned(0)
+    assert not controller.dormant
+    controller.planned(0)
+    assert controller.dormant and controller.counters["dormant_entries"] == 1
+    probed = [row for row in range(64) if controller.probes(row)]
+    assert len(probed) == 64 // PROBE_EVERY
+    controller.planned(0)
+    assert [row for row in range(64) if controller.probes(row)] != probed  # it rotates
+    controller.planned(3)
+    assert not controller.dormant and controller.counters["dormant_exits"] == 1
+    assert [e["state"] for e in controller.events] == ["dormant", "awake"]
+    assert all(controller.probes(row) for row in range(64))
 
 
-# -- the proposer class itself, driven with the arrays the model runner passes ---------------
-
-def proposer(rows: int = 4, k: int = 8):
-    from vllm_specdec_plugin.adaptive import AdaptiveProposer
-
-    config = SimpleNamespace(
-        speculative_config=SimpleNamespace(num_speculative_tokens=k),
-        model_config=SimpleNamespace(max_model_len=256),
-        scheduler_config=SimpleNamespace(max_num_seqs=rows))
-    return AdaptiveProposer(config)
-
-
-def put(token_ids, num_tokens, row, tokens):
-    token_ids[row, :len(tokens)] = tokens
-    num_tokens[row] = len(tokens)
+def test_dormancy_is_never_one_way():
+    controller = DraftController()
+    for _ in range(DORMANT_AFTER):
+        controller.planned(0)
+    assert controller.dormant
+    for _ in range(control_module.WAKE_EVERY):
+        controller.planned(0)
+    assert not controller.dormant
+    assert controller.events[-1]["why"] == "periodic re-probe"
 
 
-def test_row_reused_by_another_request_starts_a_fresh_history():
-    drafter = proposer()
-    token_ids = np.zeros((4, 256), dtype=np.int32)
-    num_tokens = np.zeros(4, dtype=np.int32)
-    first = [1, 2, 3, 4, 5, 6, 7, 8] * 4
-    put(token_ids, num_tokens, 0, first)
-    drafter.propose([[first[-1]]], num_tokens, token_ids)
-    for _ in range(5):  # the same request goes on: one request seen
-        n = int(num_tokens[0])
-        token = first[n % 8]
-        put(token_ids, num_tokens, 0, list(token_ids[0, :n]) + [token])
-        drafter.propose([[token]], num_tokens, token_ids)
-    assert drafter.stats["requests"] == 1
-    other = [9, 10, 11, 12] * 3
-    put(token_ids, num_tokens, 0, other)  # row 0 now holds a new request
-    drafter.propose([[other[-1]]], num_tokens, token_ids)
-    assert drafter.stats["requests"] == 2
-    state = drafter._states[(token_ids[0, :8].tobytes(), len(other))][0]
-    assert state.acceptance["ngram"] == Acceptance()
-
-
-def test_internal_error_drafts_nothing_and_is_logged_once():
-    drafter = proposer()
-    logged = []
-    drafter._logger = SimpleNamespace(exception=lambda msg, *a: logged.append(msg),
-                                      debug=lambda *a: None)
-    token_ids = np.zeros((4, 256), dtype=np.int32)
-    num_tokens = np.array([10, 0, 0, 0], dtype=np.int32)
-    bad = [[1], [2]]  # two rows sampled, but the arrays disagree: must not raise
-    assert drafter.propose(bad, num_tokens[:1], token_ids) == [[], []]
-    assert drafter.propose(bad, num_tokens[:1], token_ids) == [[], []]
-    assert drafter.stats["errors"] == 2
-    assert len(logged) == 1 and "adaptive proposer failed" in logged[0]
-
-
-# -- selection: VLLM_SPECDEC_FALLBACK=adaptive ------------------------------------------------
-
-VLLM_032 = ("0.32.0", {"ngram", "suffix", "eagle", "eagle3", "medusa", "mtp", "draft_model",
-                       "ngram_gpu", "custom_class"}, {"eagle", "eagle3", "mtp", "draft_model"})
-
-
-def opted_in(**kwargs):
-    from vllm_specdec_plugin.core.types import Annotation, KaitoRequest
-
-    return KaitoRequest(Annotation("true", "test"), **kwargs)
-
-
-def run(kaito, caps, **engine):
-    from vllm_specdec_plugin.core.decide import decide
-    from vllm_specdec_plugin.core.types import EngineRequest
-    from vllm_specdec_plugin.inputs.presets import builtin_preset_table
-
-    engine.setdefault("model", "microsoft/Phi-4-mini-instruct")
-    return decide(kaito, EngineRequest(**engine), caps, builtin_preset_table())
-
-
-def test_adaptive_fallback_is_selected_by_name_and_only_then():
-    from conftest import release_caps
-
-    from vllm_specdec_plugin.adaptive import AdaptiveProposer
-    from vllm_specdec_plugin.core.methods import ADAPTIVE_CLASS_PATH as CLASS_PATH
-    from vllm_specdec_plugin.core.methods import ADAPTIVE_FALLBACK, FALLBACKS, NGRAM_FALLBACK
-
-    caps = release_caps("cpu", *VLLM_032)
-    rbln = release_caps("rbln", *VLLM_032)  # vllm-rbln's list has no custom_class
-    decision = run(opted_in(fallback="adaptive"), caps)
-    assert decision.enabled and decision.source == "adaptive-fallback"
-    assert decision.speculative_config == dict(ADAPTIVE_FALLBACK)
-    assert decision.async_scheduling is False
-    module, name = ADAPTIVE_FALLBACK["model"].rsplit(".", 1)
-    assert ADAPTIVE_FALLBACK["model"] == CLASS_PATH
-    assert getattr(importlib.import_module(module), name) is AdaptiveProposer
-    assert "num_speculative_tokens_per_batch_size" not in decision.speculative_config
-    assert "adaptive" in FALLBACKS and next(iter(FALLBACKS)) == "ngram"
-    assert run(opted_in(), caps).speculative_config == dict(NGRAM_FALLBACK)  # default unchanged
-    # A user config and a tuned preset are untouched by the fallback setting.
-    user = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 2}
-    assert run(opted_in(fallback="adaptive"), caps,
-               speculative_config=user).speculative_config == user
-    tuned = run(opted_in(fallback="adaptive"), caps, model="Qwen/Qwen3.5-4B")
-    assert tuned.source == "tuned-preset"
-    # RBLN (vllm-rbln has no custom_class): refused, naming the setting.
-    refused = run(opted_in(fallback="adaptive"), rbln)
-    assert not refused.enabled
-    assert "VLLM_SPECDEC_FALLBACK=adaptive" in refused.errors[0]
-    assert "custom_class" in refused.errors[0]
+def test_losing_at_the_highest_margin_sends_it_to_sleep():
+    controller = DraftController()
+    for _ in range(100):
+        controller.drafted_cycle(0.7)
+    assert controller.margin == control_module.MARGIN_RANGE[1]
+    assert controller.log_speedup < math.log(0.8)
+    controller.planned(4)
+    assert controller.dormant

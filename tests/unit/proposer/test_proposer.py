@@ -1,0 +1,214 @@
+"""The adaptive proposer class driven the way vLLM's model runner drives it, without an engine.
+
+`Simulated` keeps the arrays the runner passes (`sampled_token_ids`, `num_tokens_no_spec`,
+`token_ids_cpu`), verifies each draft against a known true continuation (accepted prefix plus
+one bonus token) and advances a fake clock by a modelled step time, so the proposer's timing,
+acceptance and dormancy run on deterministic inputs.
+"""
+
+from __future__ import annotations
+
+import random
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from vllm_specdec_plugin.proposer import proposer as proposer_module
+from vllm_specdec_plugin.proposer.control import DORMANT_AFTER, WAKE_EVERY
+
+MAX_LEN = 4096
+VOCAB = 30000
+
+
+def make(rows: int = 4, k: int = 8, max_len: int = MAX_LEN):
+    from vllm_specdec_plugin.adaptive import AdaptiveProposer
+
+    config = SimpleNamespace(
+        speculative_config=SimpleNamespace(num_speculative_tokens=k),
+        model_config=SimpleNamespace(max_model_len=max_len),
+        scheduler_config=SimpleNamespace(max_num_seqs=rows))
+    return AdaptiveProposer(config)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Simulated:
+    """A batch of `rows` requests; `copying(row)` says whether a new request copies its prompt."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, rows: int, copying, k: int = 8,
+                 seed: int = 0) -> None:
+        self.clock = Clock()
+        monkeypatch.setattr(proposer_module.time, "perf_counter", self.clock)
+        self.rng = random.Random(seed)
+        self.rows, self.copying = rows, copying
+        self.drafter = make(rows, k)
+        self.token_ids = np.zeros((rows, MAX_LEN), dtype=np.int32)
+        self.num_tokens = np.zeros(rows, dtype=np.int32)
+        self.truth: list[list[int]] = [[] for _ in range(rows)]
+        self.emitted = [0] * rows
+        self.sampled: list[list[int]] = [[] for _ in range(rows)]
+        self.accepted = 0
+        self.drafted = 0
+        for row in range(rows):
+            self.load(row)
+
+    def load(self, row: int) -> None:
+        prompt = [self.rng.randrange(VOCAB) for _ in range(200)]
+        if self.copying(row):
+            start = self.rng.randrange(100)
+            truth = prompt[start:start + 96]
+        else:
+            truth = [self.rng.randrange(VOCAB) for _ in range(96)]
+        self.token_ids[row, :200] = prompt
+        self.num_tokens[row] = 200
+        self.truth[row], self.emitted[row] = truth, 0
+        self.append(row, truth[:1])
+
+    def append(self, row: int, tokens: list[int]) -> None:
+        n = int(self.num_tokens[row])
+        self.token_ids[row, n:n + len(tokens)] = tokens
+        self.num_tokens[row] = n + len(tokens)
+        self.sampled[row] = list(tokens)
+        self.emitted[row] += len(tokens)
+
+    def step(self) -> list[list[int]]:
+        drafts = self.drafter.propose(self.sampled, self.num_tokens, self.token_ids)
+        drafted = sum(map(len, drafts))
+        # CPU-like: 50 ms fixed + 3 ms per verified token + 2 ms when anything is drafted
+        self.clock.now += 0.05 + 0.003 * (self.rows + drafted) + (0.002 if drafted else 0.0)
+        self.drafted += drafted
+        for row in range(self.rows):
+            if self.emitted[row] >= len(self.truth[row]):
+                self.load(row)
+                continue
+            true = self.truth[row][self.emitted[row]:]
+            accepted = 0
+            while (accepted < len(drafts[row]) and accepted < len(true) - 1
+                   and drafts[row][accepted] == true[accepted]):
+                accepted += 1
+            self.accepted += accepted
+            self.append(row, true[:accepted + 1])
+        return drafts
+
+
+def test_copying_requests_get_long_drafts_accepted(monkeypatch):
+    sim = Simulated(monkeypatch, rows=1, copying=lambda row: True)
+    for _ in range(300):
+        sim.step()
+    assert sim.drafter.stats["errors"] == 0
+    assert sim.accepted > 0.8 * sim.drafted > 0
+    assert sim.accepted / sim.drafter.stats["calls"] > 3  # several tokens per step
+
+
+def test_open_ended_requests_send_it_dormant_and_copying_ones_wake_it(monkeypatch):
+    phase = {"copy": False}
+    sim = Simulated(monkeypatch, rows=8, copying=lambda row: phase["copy"])
+    for _ in range(150):
+        sim.step()
+    control = sim.drafter.control
+    assert control.dormant, control.events
+    entered = control.events[0]["cycle"]
+    assert entered <= DORMANT_AFTER + 40
+    assert sim.drafted <= 8 * 16  # next to nothing drafted on text it cannot predict
+    phase["copy"] = True
+    for row in range(sim.rows):  # every row takes a copying request now
+        sim.load(row)
+    woke_at = None
+    for _ in range(WAKE_EVERY):
+        sim.step()
+        if not control.dormant:
+            woke_at = control.cycle
+            break
+    assert woke_at is not None and woke_at - 150 <= 40, control.events
+    assert control.events[-1]["state"] == "awake"
+    assert control.events[-1]["why"] == "probed rows would draft"
+    before = sim.accepted
+    for _ in range(100):
+        sim.step()
+    assert sim.accepted - before > 100
+
+
+def test_dormant_cycles_look_at_a_share_of_the_rows(monkeypatch):
+    sim = Simulated(monkeypatch, rows=32, copying=lambda row: False)
+    for _ in range(120):
+        sim.step()
+    stats = sim.drafter.stats
+    assert sim.drafter.control.dormant
+    probed_before, calls_before = stats["probed_rows"], stats["calls"]
+    for _ in range(40):
+        sim.step()
+    per_cycle = (stats["probed_rows"] - probed_before) / (stats["calls"] - calls_before)
+    assert per_cycle <= 32 / 8 + 2  # 1/PROBE_EVERY of the rows, plus new requests once
+
+
+def test_forced_no_draft_cycles_keep_the_baseline_measured(monkeypatch):
+    sim = Simulated(monkeypatch, rows=1, copying=lambda row: True)
+    for _ in range(400):
+        sim.step()
+    stats = sim.drafter.stats
+    assert stats["baseline_cycles"] >= 2  # the first one, then at least one refresh
+    baseline = sim.drafter.cost.baseline(1)
+    assert baseline == pytest.approx(0.05 + 0.003, rel=0.05)
+
+
+def test_row_reused_by_another_request_starts_a_fresh_history():
+    drafter = make()
+    token_ids = np.zeros((4, 256), dtype=np.int32)
+    num_tokens = np.zeros(4, dtype=np.int32)
+    first = [1, 2, 3, 4, 5, 6, 7, 8] * 4
+
+    def put(row, tokens):
+        token_ids[row, :len(tokens)] = tokens
+        num_tokens[row] = len(tokens)
+
+    put(0, first)
+    drafter.propose([[first[-1]]], num_tokens, token_ids)
+    for _ in range(5):  # the same request goes on: one request seen
+        n = int(num_tokens[0])
+        token = first[n % 8]
+        put(0, list(token_ids[0, :n]) + [token])
+        drafter.propose([[token]], num_tokens, token_ids)
+    assert drafter.stats["requests"] == 1
+    other = [9, 10, 11, 12] * 3
+    put(0, other)  # row 0 now holds a new request
+    drafter.propose([[other[-1]]], num_tokens, token_ids)
+    assert drafter.stats["requests"] == 2
+    state = drafter._table.states[0]
+    assert state is not None and state.evidence.factor("ngram") == 1.0
+
+
+def test_a_request_moved_to_another_row_keeps_its_history():
+    """vLLM condenses the batch when a request finishes: the last row moves into the hole."""
+    drafter = make(rows=2)
+    token_ids = np.zeros((2, 256), dtype=np.int32)
+    num_tokens = np.zeros(2, dtype=np.int32)
+    a, b = list(range(100, 130)), list(range(200, 230))
+    token_ids[0, :30], token_ids[1, :30] = a, b
+    num_tokens[:] = 30
+    drafter.propose([[a[-1]], [b[-1]]], num_tokens, token_ids)
+    moved = drafter._table.states[1]
+    token_ids[0, :31] = b + [7]  # request b now in row 0, one token further
+    num_tokens[0] = 31
+    drafter.propose([[7]], num_tokens[:1], token_ids[:1])
+    assert drafter.stats["requests"] == 2 and drafter._table.states[0] is moved
+
+
+def test_internal_error_drafts_nothing_and_is_logged_once():
+    drafter = make()
+    logged = []
+    drafter._logger = SimpleNamespace(exception=lambda msg, *a: logged.append(msg),
+                                      debug=lambda *a: None)
+    token_ids = np.zeros((4, 256), dtype=np.int32)
+    num_tokens = np.array([10, 0, 0, 0], dtype=np.int32)
+    bad = [[1], [2]]  # two rows sampled, but the arrays disagree: must not raise
+    assert drafter.propose(bad, num_tokens[:1], token_ids) == [[], []]
+    assert drafter.propose(bad, num_tokens[:1], token_ids) == [[], []]
+    assert drafter.stats["errors"] == 2
+    assert len(logged) == 1 and "adaptive proposer failed" in logged[0]

