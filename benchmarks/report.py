@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -98,11 +99,8 @@ def pooled(result: dict[str, Any]) -> list[dict[str, Any]]:
                   for r in c["ratios"]]
         if not ratios:
             continue
-        ordered = sorted(ratios)
-        middle = len(ordered) // 2
-        median = (ordered[middle] if len(ordered) % 2
-                  else (ordered[middle - 1] + ordered[middle]) / 2)
-        out.append({"concurrency": concurrency, "pairs": len(ratios), "ratio_median": median,
+        out.append({"concurrency": concurrency, "pairs": len(ratios),
+                    "ratio_median": statistics.median(ratios),
                     "ratio_interval": bootstrap_median_interval(ratios)})
     return out
 

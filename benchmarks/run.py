@@ -173,6 +173,18 @@ def llm_kwargs(args: argparse.Namespace, model: str, config: Configuration,
     return kwargs
 
 
+def process_cpu_seconds(pids: Sequence[int]) -> float:
+    """User + system CPU time used so far by these processes (gone ones count 0)."""
+    import psutil
+
+    total = 0.0
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            times = psutil.Process(pid).cpu_times()
+            total += times.user + times.system
+    return total
+
+
 class Engine:
     """One configuration's engine process: bursts in, raw records out (a pipe of its own)."""
 
@@ -230,14 +242,7 @@ class Engine:
 
     def cpu_seconds(self) -> float:
         """CPU time (user + system) used so far by this engine's processes."""
-        import psutil
-
-        total = 0.0
-        for pid in self.pids():
-            with contextlib.suppress(psutil.Error):
-                times = psutil.Process(pid).cpu_times()
-                total += times.user + times.system
-        return total
+        return process_cpu_seconds(self.pids())
 
     def pids(self) -> list[int]:
         import psutil
@@ -273,12 +278,7 @@ class HostMeter:
     def _read(self) -> tuple[float, float, float]:
         times = self.psutil.cpu_times()
         busy = sum(times) - times.idle - getattr(times, "iowait", 0.0)
-        ours = 0.0
-        for pid in self.pids:
-            with contextlib.suppress(self.psutil.Error):
-                t = self.psutil.Process(pid).cpu_times()
-                ours += t.user + t.system
-        return time.monotonic(), busy, ours
+        return time.monotonic(), busy, process_cpu_seconds(self.pids)
 
     def start(self) -> tuple[float, float, float]:
         return self._read()

@@ -69,7 +69,3 @@ def plan_draft_lengths(values: Sequence[Sequence[float]], rows: int,
         lengths[row] += 1
     return lengths
 
-
-def expected_tokens(values: Sequence[float]) -> float:
-    """Expected accepted tokens of a draft whose positions add `values`."""
-    return float(sum(values))

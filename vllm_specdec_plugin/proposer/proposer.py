@@ -43,12 +43,7 @@ from vllm_specdec_plugin.proposer.candidates import CandidateFinder
 from vllm_specdec_plugin.proposer.control import DraftController
 from vllm_specdec_plugin.proposer.costs import StepCostTable
 from vllm_specdec_plugin.proposer.policy import outcome, plan_draft_lengths
-from vllm_specdec_plugin.proposer.rows import (
-    RowState,
-    RowTable,
-    continues,
-    masked_keys,
-)
+from vllm_specdec_plugin.proposer.rows import RowState, RowTable, continues
 from vllm_specdec_plugin.proposer.stats import write_stats
 from vllm_specdec_plugin.proposer.trace import TraceWriter
 
@@ -216,7 +211,8 @@ class AdaptiveProposer:
         rows = len(sampled)
         before = counts - lens
         table = self._table
-        same = table.continuing(rows, before, token_ids) & (lens > 0)
+        same, keys = table.continuing(rows, before, token_ids)
+        same &= lens > 0
         previous = table.states
         states: list[RowState | None] = [None] * rows
         kept = np.zeros(rows, dtype=bool)
@@ -232,8 +228,7 @@ class AdaptiveProposer:
             for i in np.flatnonzero(~kept).tolist():
                 if not lens[i]:
                     continue  # a partial prefill: nothing to draft or learn yet
-                key = (_key_bytes(token_ids, i, int(before[i])), int(before[i]))
-                old = displaced.get(key)
+                old = displaced.get((keys[i].tobytes(), int(before[i])))
                 state = previous[old.pop(old.index(i) if i in old else 0)] if old else None
                 if state is not None and state.draft and not continues(state, sampled[i]):
                     self._stop(state)
@@ -301,7 +296,3 @@ class AdaptiveProposer:
 def _probed(state: RowState | None) -> bool:
     return state is not None and state.probed
 
-
-def _key_bytes(token_ids: np.ndarray, row: int, count_before: int) -> bytes:
-    """A row's key as `RowTable` stores it (masked at `count_before`), as bytes."""
-    return masked_keys(token_ids[row:row + 1], 1, np.array([count_before]))[0].tobytes()

@@ -58,11 +58,12 @@ def continues(state: RowState, new: Sequence[int]) -> bool:
 
 
 def masked_keys(token_ids: np.ndarray, rows: int, counts: np.ndarray) -> np.ndarray:
-    """Each row's first KEY_TOKENS tokens, with positions at or past `counts[i]` set to -1
-    (the token array holds stale tokens there)."""
-    keys = np.array(token_ids[:rows, :KEY_TOKENS], dtype=np.int64)
-    width = keys.shape[1]
-    keys[np.arange(width)[None, :] >= counts[:rows, None]] = -1
+    """Each row's first KEY_TOKENS tokens, with positions at or past `counts[i]` (or past the
+    array's width) set to -1: the token array holds stale tokens there."""
+    keys = np.full((rows, KEY_TOKENS), -1, dtype=np.int64)
+    width = min(KEY_TOKENS, token_ids.shape[1])
+    keys[:, :width] = token_ids[:rows, :width]
+    keys[np.arange(KEY_TOKENS)[None, :] >= counts[:rows, None]] = -1
     return keys
 
 
@@ -79,15 +80,15 @@ class RowTable:
         self.stored = 0
         """Rows stored by the last cycle (states beyond them are None)."""
 
-    def continuing(self, rows: int, before: np.ndarray, token_ids: np.ndarray) -> np.ndarray:
-        """Rows whose key and count (before this cycle's tokens) equal last cycle's."""
+    def continuing(self, rows: int, before: np.ndarray, token_ids: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray]:
+        """(rows whose key and count before this cycle's tokens equal last cycle's, those keys:
+        a moved request is looked up in `displaced` by the same key)."""
         if rows > len(self.counts):
             self._grow(rows)
         keys = masked_keys(token_ids, rows, before)
-        width = keys.shape[1]
-        same = (before[:rows] == self.counts[:rows]) & (
-            keys == self.keys[:rows, :width]).all(axis=1)
-        return np.asarray(same, dtype=bool)
+        same = (before[:rows] == self.counts[:rows]) & (keys == self.keys[:rows]).all(axis=1)
+        return np.asarray(same, dtype=bool), keys
 
     def displaced(self, rows: int, kept: np.ndarray) -> dict[tuple[bytes, int], list[int]]:
         """Last cycle's rows whose state no row kept in place: (key, count) -> old rows."""
@@ -107,8 +108,6 @@ class RowTable:
             self._grow(rows)
         self.counts[:] = -1
         self.counts[:rows] = counts[:rows]
-        keys = masked_keys(token_ids, rows, counts)
-        self.keys[:rows, :keys.shape[1]] = keys
-        self.keys[:rows, keys.shape[1]:] = -1
+        self.keys[:rows] = masked_keys(token_ids, rows, counts)
         self.states = states + [None] * (len(self.counts) - rows)
         self.stored = rows

@@ -40,6 +40,14 @@ def by_batch(predictions: list[Prediction]) -> dict[int, tuple[float, int]]:
     return {key: (value[0], int(value[1])) for key, value in sums.items()}
 
 
+def judged_ratios(predictions: list[Prediction]) -> list[tuple[int, float, float, int]]:
+    """(bucket, predicted / realised, predicted, realised) of each batch-size bucket with
+    enough realised tokens to judge."""
+    return [(key, predicted / realised, predicted, realised)
+            for key, (predicted, realised) in sorted(by_batch(predictions).items())
+            if realised >= ENOUGH]
+
+
 def test_the_trace_is_a_real_recording(records):
     drafted = [r for r in records if r.drafted]
     assert len(records) > 5000 and len(drafted) > 500
@@ -49,26 +57,20 @@ def test_the_trace_is_a_real_recording(records):
 
 
 def test_calibrated_predictions_match_what_was_accepted_at_every_batch_size(records):
-    judged = 0
-    for key, (predicted, realised) in sorted(by_batch(replay(records)).items()):
-        if realised < ENOUGH:
-            continue
-        judged += 1
-        assert 0.75 <= predicted / realised <= 1.33, (key, predicted, realised)
-    assert judged >= 2
+    judged = judged_ratios(replay(records))
+    for key, ratio, predicted, realised in judged:
+        assert 0.75 <= ratio <= 1.33, (key, predicted, realised)
+    assert len(judged) >= 2
 
 
 def test_the_proposers_own_predictions_matched_what_was_accepted(records):
     """What the plan counted on while the trace was recorded (not a replay)."""
     live = [Prediction(r.cycle, r.rows, r.source, r.drafted, r.live,
                        min(r.emitted - 1, r.drafted)) for r in records if r.drafted]
-    judged = 0
-    for key, (predicted, realised) in sorted(by_batch(live).items()):
-        if realised < ENOUGH:
-            continue
-        judged += 1
-        assert 0.75 <= predicted / realised <= 1.33, (key, predicted, realised)
-    assert judged >= 2
+    judged = judged_ratios(live)
+    for key, ratio, predicted, realised in judged:
+        assert 0.75 <= ratio <= 1.33, (key, predicted, realised)
+    assert len(judged) >= 2
 
 
 def test_pooling_and_calibration_cut_the_error_of_a_per_source_prior(records):
@@ -76,8 +78,7 @@ def test_pooling_and_calibration_cut_the_error_of_a_per_source_prior(records):
     current one's worst batch-size bucket is closer to what was realised."""
 
     def worst(predictions: list[Prediction]) -> float:
-        ratios = [p / r for p, r in by_batch(predictions).values() if r >= ENOUGH]
-        return max(abs(ratio - 1) for ratio in ratios)
+        return max(abs(ratio - 1) for _, ratio, _, _ in judged_ratios(predictions))
 
     current = worst(replay(records))
     old = worst(replay(records, calibrate=False, pooled=False))
