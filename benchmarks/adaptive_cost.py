@@ -6,7 +6,11 @@ Drives the real `AdaptiveProposer` (vLLM's numba n-gram matcher, arctic_inferenc
 tree when installed) the way the model runner does: each row holds a request whose true
 continuation is known; drafts are verified against it (accepted prefix + one bonus token), rows
 whose request ends take a new one. The engine's own step is not run, so the time measured is
-the proposer's alone. Half the requests copy from their prompt (drafts accepted), half do not.
+the proposer's alone; in its place the harness sleeps `--step-ms` x (16 + rows + drafted
+tokens), a compute-bound step like the CPU engine's, so drafting pays only where drafts are
+accepted and the proposer's cost table and controller see a step to decide on (0: no step; the
+proposer then sees only its own time). Half the requests copy from their prompt (drafts
+accepted), half do not.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ def new_request(rng: random.Random, copy_share: float = 0.5) -> tuple[list[int],
 
 
 def run(rows: int, steps: int, k: int = 16, seed: int = 0,
-        copy_share: float = 0.5) -> dict[str, float]:
+        copy_share: float = 0.5, step_ms: float = 0.0) -> dict[str, float]:
     """Drive one proposer for `steps` steps at batch `rows`; its overhead and counters."""
     from vllm_specdec_plugin.adaptive import AdaptiveProposer
 
@@ -65,6 +69,8 @@ def run(rows: int, steps: int, k: int = 16, seed: int = 0,
         emitted[row] = 1
     for _ in range(steps):
         drafts = proposer.propose(sampled, num_tokens, token_ids)
+        if step_ms:
+            _busy(step_ms / 1e3 * (16 + rows + sum(map(len, drafts))))
         for row in range(rows):
             if emitted[row] >= len(truth[row]):
                 truth[row] = _load(row, rng, token_ids, num_tokens, copy_share)
@@ -86,6 +92,13 @@ def run(rows: int, steps: int, k: int = 16, seed: int = 0,
     stats["us_per_row_dormant"] = per_row_us(stats, "dormant")
     stats["us_per_step"] = 1e6 * stats["overhead_s"] / max(stats["calls"], 1)
     return stats
+
+
+def _busy(seconds: float) -> None:
+    """Spin for `seconds` (a step keeps the core busy; a sleep would let it idle)."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
 
 
 def _load(row: int, rng: random.Random, token_ids: np.ndarray, num_tokens: np.ndarray,
@@ -110,12 +123,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--copy-share", type=float, nargs="+", default=[0.5, 0.0],
                         help="shares of requests that copy from their prompt (0: open-ended "
                         "only, where the proposer should go dormant)")
+    parser.add_argument("--step-ms", type=float, default=0.1,
+                        help="simulated step: this many ms per (16 + rows + drafted tokens)")
     args = parser.parse_args(argv)
     results: dict[str, Any] = {}
     for share in args.copy_share:
         for rows in args.rows:
             start = time.perf_counter()
-            stats = run(rows, args.steps, copy_share=share)
+            stats = run(rows, args.steps, copy_share=share, step_ms=args.step_ms)
             results[f"copy {share:.0%}, rows {rows}"] = {
                 **{key: None if stats[key] is None else round(stats[key], 1)
                    for key in ("us_per_row", "us_per_row_awake", "us_per_row_dormant",

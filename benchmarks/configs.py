@@ -58,6 +58,13 @@ CONFIGURATIONS: tuple[Configuration, ...] = (
                        "VLLM_SPECDEC_ADAPTIVE_SUFFIX_CACHE": "0"}, uses_plugin=True),
     Configuration("suffix", "suffix decoding (arctic-inference), vLLM defaults",
                   speculative_config={"method": "suffix"}, requires_module="arctic_inference"),
+    Configuration("suffix-local", "suffix decoding (arctic-inference) with its cross-request "
+                  "cache off (suffix_decoding_max_cached_requests=0), as the adaptive row runs "
+                  "its own suffix tree: the harness repeats a cell's prompts, and vLLM's default "
+                  "cache of 10000 requests would replay its own earlier answers",
+                  speculative_config={"method": "suffix",
+                                      "suffix_decoding_max_cached_requests": 0},
+                  requires_module="arctic_inference", by_default=False),
     Configuration("ngram-gpu", "ngram on the GPU, KAITO's k=5 lookup_max=4",
                   speculative_config={**NGRAM_FALLBACK, "method": "ngram_gpu"},
                   platforms=("cuda",)),

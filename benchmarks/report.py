@@ -70,6 +70,10 @@ def configuration_lines(result: dict[str, Any]) -> list[str]:
                          f"{stats.get('dormant_cycles', 0)} dormant cycles, "
                          f"{stats.get('dormant_entries', 0)} times dormant); draft tokens "
                          f"{stats.get('draft_tokens')}, accepted {stats.get('accepted_tokens')}")
+            for mode, cells in (stats.get("cost_by_batch") or {}).items():
+                lines.append(f"  - {mode}, µs per row [per call] by batch size: " + ", ".join(
+                    f"{label}: {fmt(cell['us_per_row'], 1)} [{fmt(cell['us_per_call'], 0)}]"
+                    for label, cell in cells.items()))
     return lines
 
 
@@ -216,7 +220,9 @@ def rerender(path: Path) -> list[Path]:
     for cell in result["cells"]:
         summary = summarize_cell(cell["pair_records"])
         cell.update(summary)
-        cell.update(target(result["meta"]["kind"], cell["workload"], summary))
+        cell.update(target(result["meta"]["kind"], cell["workload"],
+                           {**summary, "concurrency": cell["concurrency"]},
+                           result["meta"].get("configs", ["none"])[0]))
     return write(result, path.parent)
 
 

@@ -424,7 +424,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     offset += concurrency
                     summary = summarize_cell(pairs)
                     cells.append({"workload": workload["name"], "concurrency": concurrency,
-                                  **summary, **target(conf["kind"], workload["name"], summary),
+                                  **summary, **target(conf["kind"], workload["name"],
+                                                      {**summary, "concurrency": concurrency},
+                                                      conf["configs"][0]),
                                   "pair_records": pairs})
                     print(f"[bench] {workload['name']} c={concurrency}: ratio "
                           f"{summary['ratio_median']:.3f} {summary['ratio_interval']}",
@@ -441,7 +443,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         info[engine.label]["adaptive_stats"] = json.loads(
                             engine.adaptive_stats.read_text())
     result = {
-        "meta": {"name": conf["name"], "kind": conf["kind"], "model": model,
+        "meta": {"name": conf["name"], "kind": conf["kind"], "configs": conf["configs"],
+                 "model": model,
                  "command": shlex.join(["python", "benchmarks/run.py", *argv]),
                  "quick": args.quick, "max_tokens": conf["max_tokens"],
                  "pairs": conf["pairs"], "concurrency": conf["concurrency"],

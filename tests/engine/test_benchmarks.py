@@ -190,6 +190,20 @@ def test_cell_summary_and_targets() -> None:
     assert target("aa", "open_ended", noisy)["met"] is False
 
 
+def test_adaptive_targets_are_issue_22s_by_baseline() -> None:
+    even = summarize_cell([pair(1.0)] * 5)
+    behind = summarize_cell([pair(0.96)] * 5)  # within 5% of the baseline
+    assert target("adaptive", "open_ended", even)["met"] is True
+    assert target("adaptive", "open_ended", behind)["met"] is False  # >= 0.98 of none
+    at_4, at_16 = {**behind, "concurrency": 4}, {**behind, "concurrency": 16}
+    assert target("adaptive", "input_grounded", at_4, "kaito-static")["met"] is True  # >= 0.95
+    assert target("adaptive", "input_grounded", at_16, "kaito-static")["met"] is False  # >= 1
+    assert target("adaptive", "multi_turn", at_16, "suffix-local")["met"] is None  # none at 16
+    assert target("adaptive", "mixed", {**behind, "concurrency": 4}, "kaito-static")[
+        "met"] is False
+    assert target("adaptive", "mixed", {**even, "concurrency": 4}, "none")["met"] is True
+
+
 def test_placement_pins_both_engines_alike() -> None:
     assert run.placement([0, 1]) == ("0", {1})
     assert run.placement([0, 1, 2, 3]) == ("0,1,2", {3})

@@ -2,15 +2,25 @@
 (the `ngram` method's code) and arctic_inference's suffix tree, when installed.
 
 `CandidateFinder.find` looks only at the rows it is given (all rows when the proposer is awake,
-a rotating share when it is dormant). The suffix tree is asked only where the n-gram candidate
-is missing or shorter than `SUFFIX_SHORT` tokens, plus a rotating 1/`SUFFIX_SAMPLE_EVERY` of the
-rows so its statistics stay measured, and each row's tree is brought up to date lazily: its new
-tokens are added from the token array when the row is next looked at, not every cycle (a
-request the proposer never looks at again leaves its last tokens out of the cross-request tree).
+a rotating share when it is dormant). The n-gram matcher is the cheap source (one numba call for
+all rows, ~2 µs per row at 400 tokens); the suffix tree costs ~10-25 µs per query and ~200 µs
+per request (building the tree of its prompt, then freeing it), so it is asked only
+
+- when the proposer is awake (a dormant proposer probes with the n-gram matcher alone and wakes
+  fully, both sources, at the latest every `control.WAKE_EVERY` cycles);
+- where the n-gram candidate is missing or shorter than `SUFFIX_SHORT` tokens, and the row's
+  own suffix record allows it: a query that found nothing, or whose first token missed, doubles
+  the cycles until the row is asked again (up to `SUFFIX_SAMPLE_EVERY`), a hit resets it;
+- plus a rotating 1/`SUFFIX_SAMPLE_EVERY` of the rows, so its statistics stay measured.
+
+Each row's tree is brought up to date lazily: its new tokens are added from the token array when
+the row is next asked, not every cycle (a request the proposer never asks again leaves its last
+tokens out of the cross-request tree).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -30,13 +40,37 @@ SUFFIX_SHORT = 4
 SUFFIX_SAMPLE_EVERY = 8
 
 
+@functools.cache
 def vllm_ngram_matcher() -> Any:
-    """vLLM's numba batch n-gram matcher (the `ngram` method's own code), or None if absent."""
+    """A serial batch loop over vLLM's own n-gram matching function (the `ngram` method's
+    code, `_find_longest_matched_ngram_and_propose_tokens`, in vLLM 0.30, 0.32 and 0.33), or
+    None where it is absent.
+
+    Not vLLM's `batch_propose_numba`: that is `parallel=True`, and entering its parallel region
+    costs ~5 µs per call plus ~1.8 µs per row even on one thread, and it takes the rows as a
+    Python list that numba unboxes on every call; this loop takes them as an int64 array and
+    costs ~1.3 µs per call plus ~0.6 µs per row (400-token contexts, on this 2-core host).
+    One per process (cached): each new numba function would compile again."""
     try:
-        from vllm.v1.spec_decode.ngram_proposer import batch_propose_numba
+        import numba
+        from vllm.v1.spec_decode.ngram_proposer import (
+            _find_longest_matched_ngram_and_propose_tokens as match,
+        )
     except ImportError:
         return None
-    return batch_propose_numba
+
+    @numba.njit(nogil=True)
+    def batch(rows: np.ndarray, num_tokens: np.ndarray, token_ids: np.ndarray, min_n: int,
+              max_n: int, max_model_len: int, k: int, draft: np.ndarray,
+              lengths: np.ndarray) -> None:  # pragma: no cover (compiled)
+        for j in range(rows.shape[0]):
+            row = rows[j]
+            found = match(token_ids[row, :num_tokens[row]], min_n, max_n, max_model_len, k)
+            lengths[row] = found.shape[0]
+            if found.shape[0]:
+                draft[row, :found.shape[0]] = found
+
+    return batch
 
 
 def cached_requests(environ: Mapping[str, str]) -> int:
@@ -78,9 +112,8 @@ class CandidateFinder:
     def find(self, rows: list[int], states: list[RowState | None], counts: np.ndarray,
              token_ids: np.ndarray, cycle: int, dormant: bool = False
              ) -> dict[int, dict[str, Candidate]]:
-        """Each looked-at row's candidates by source (also stored on its state). Dormant, the
-        suffix tree is asked only for the rotating sample of rows: a new request's first
-        suffix query builds the tree of its whole prompt, the largest cost per row."""
+        """Each looked-at row's candidates by source (also stored on its state); the suffix tree
+        only awake, and only for the rows the module docstring says."""
         found: dict[int, dict[str, Candidate]] = {i: {} for i in rows}
         if not rows:
             return found
@@ -93,17 +126,21 @@ class CandidateFinder:
                 if length and state is not None:
                     found[i]["ngram"] = Candidate(self._draft[i, :length].tolist(), 0,
                                                   state.evidence.last_full["ngram"])
-        if self.suffix is not None:
+        if self.suffix is not None and not dormant:
             for i in rows:
-                sampled = (i + cycle) % SUFFIX_SAMPLE_EVERY == 0
-                ngram = found[i].get("ngram")
-                short = ngram is None or len(ngram.tokens) < SUFFIX_SHORT
-                if not sampled and (dormant or not short):
-                    continue
                 state = states[i]
                 assert state is not None
+                sampled = (i + cycle) % SUFFIX_SAMPLE_EVERY == 0
+                if not sampled:
+                    ngram = found[i].get("ngram")
+                    if ngram is not None and len(ngram.tokens) >= SUFFIX_SHORT:
+                        continue
+                    if cycle < state.suffix_next:
+                        continue
                 draft = self._speculate(state, i, int(counts[i]), token_ids)
-                if draft is not None and draft.token_ids:
+                if draft is None or not draft.token_ids:
+                    self.suffix_scored(state, cycle, hit=False)
+                else:
                     probs = list(draft.probs)
                     band = strength_band("suffix", sum(probs) / len(probs) if probs else None)
                     found[i]["suffix"] = Candidate(list(draft.token_ids), band,
@@ -114,6 +151,14 @@ class CandidateFinder:
             state.candidates = found[i]
             state.probed = True
         return found
+
+    @staticmethod
+    def suffix_scored(state: RowState, cycle: int, hit: bool) -> None:
+        """A row's suffix query found nothing or missed its first token (`hit` False: ask it
+        again after twice as many cycles, at most `SUFFIX_SAMPLE_EVERY`), or hit (ask again
+        next cycle)."""
+        state.suffix_wait = 1 if hit else min(2 * state.suffix_wait, SUFFIX_SAMPLE_EVERY)
+        state.suffix_next = cycle + state.suffix_wait
 
     def stop(self, state: RowState) -> None:
         """The request left the batch: end it in the suffix tree (its response stays cached)."""
@@ -149,17 +194,14 @@ class CandidateFinder:
                                      min_token_prob=SUFFIX_MIN_TOKEN_PROB)
 
     def _warm_up(self) -> None:
-        """Compile vLLM's numba matcher now, not on the first request, on one thread: vLLM's
-        ngram proposer runs it single-threaded for small batches too, and with custom_class
-        nothing else in the worker uses numba, so the thread count is set once, not per call."""
+        """Compile the n-gram matcher now (a few seconds, once per worker), not on the first
+        request, for the argument types of the engine's calls: vLLM's int32 token counts and
+        token array (another dtype would compile a second specialisation mid-run)."""
         if self._ngram is None:
             return
-        import numba
-
-        numba.set_num_threads(1)
         tokens = np.arange(32, dtype=np.int32).reshape(1, 32) % 4
         self._run_ngram([0], np.array([32], dtype=np.int32), tokens)
 
     def _run_ngram(self, rows: list[int], num_tokens: np.ndarray, token_ids: np.ndarray) -> None:
-        self._ngram(rows, num_tokens, token_ids, NGRAM_MIN, NGRAM_MAX, self.max_model_len,
-                    self.k, self._draft, self._lengths)
+        self._ngram(np.fromiter(rows, dtype=np.int64, count=len(rows)), num_tokens, token_ids,
+                    NGRAM_MIN, NGRAM_MAX, self.max_model_len, self.k, self._draft, self._lengths)

@@ -22,8 +22,9 @@ draft list per batch row ([] = no draft). Each call (a "cycle"):
 
 Any internal error drafts nothing for that cycle and is logged once: the engine never sees it.
 `VLLM_SPECDEC_ADAPTIVE_STATS` names a JSON file for its counters (cost per row per cycle, awake
-and dormant, the cost table, the calibration); `VLLM_SPECDEC_ADAPTIVE_TRACE` a JSON-lines file of
-scored candidates for replaying the acceptance model (`trace.py`).
+and dormant, overall and by batch size; the cost table, the calibration);
+`VLLM_SPECDEC_ADAPTIVE_TRACE` a JSON-lines file of scored candidates for replaying the
+acceptance model (`trace.py`).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from vllm_specdec_plugin.proposer.control import DraftController
 from vllm_specdec_plugin.proposer.costs import StepCostTable
 from vllm_specdec_plugin.proposer.policy import outcome, plan_draft_lengths
 from vllm_specdec_plugin.proposer.rows import RowState, RowTable, continues
-from vllm_specdec_plugin.proposer.stats import write_stats
+from vllm_specdec_plugin.proposer.stats import CostByBatch, write_stats
 from vllm_specdec_plugin.proposer.trace import TraceWriter
 
 CLASS_PATH = ADAPTIVE_CLASS_PATH
@@ -83,6 +84,7 @@ class AdaptiveProposer:
         self._stats_path = os.environ.get(ENV_ADAPTIVE_STATS) or None
         self._trace = TraceWriter.open(os.environ.get(ENV_ADAPTIVE_TRACE) or None)
         self._requests_written = 0.0
+        self.cost_by_batch = CostByBatch()
         self.stats: dict[str, float] = {
             "calls": 0, "rows": 0, "overhead_s": 0.0, "requests": 0, "draft_tokens": 0,
             "accepted_tokens": 0, "steps_timed": 0, "errors": 0, "awake_rows": 0,
@@ -115,6 +117,7 @@ class AdaptiveProposer:
         self.stats["overhead_s"] += spent
         self.stats[f"{mode}_rows"] += rows
         self.stats[f"{mode}_overhead_s"] += spent
+        self.cost_by_batch.add(mode, rows, spent)
         if self._stats_path and (self.stats["calls"] % STATS_EVERY == 0
                                  or self.stats["requests"] != self._requests_written):
             self._requests_written = self.stats["requests"]
@@ -124,6 +127,7 @@ class AdaptiveProposer:
     def write_stats(self, path: str) -> None:
         write_stats(path, self.stats, {
             "cost_table": self.cost.summary(), "pooled": self.pooled.table(),
+            "cost_by_batch": self.cost_by_batch.summary(),
             "calibration": {s: self.calibration.factor(s) for s in self.calibration.predicted},
             "margin": self.control.margin, "dormant": self.control.dormant,
             **self.control.counters, "events": self.control.events,
@@ -149,7 +153,7 @@ class AdaptiveProposer:
         counts = np.asarray(num_tokens[:rows], dtype=np.int64)
         if len(counts) != rows:
             raise ValueError(f"{rows} sampled rows but {len(counts)} token counts")
-        states, accepted, fresh = self._match_rows(sampled, lens, counts, token_ids)
+        states, keys, accepted, fresh = self._match_rows(sampled, lens, counts, token_ids)
         self._time_cycle(now, rows, accepted, clean=not fresh and bool(lens.all()))
         decoding = [i for i in range(rows) if states[i] is not None
                     and counts[i] < self.max_model_len - 1]
@@ -199,15 +203,17 @@ class AdaptiveProposer:
             drafted += length
         self.control.requests = int(self.stats["requests"])
         self.control.planned(drafted)
-        self._table.store(states, counts, token_ids)
+        self._table.store(states, counts, token_ids, keys)
         self._last = (now, rows, drafted, self.cost.baseline(rows))
         self.stats["draft_tokens"] += drafted
         return drafts
 
     def _match_rows(self, sampled: list[list[int]], lens: np.ndarray, counts: np.ndarray,
-                    token_ids: np.ndarray) -> tuple[list[RowState | None], int, bool]:
+                    token_ids: np.ndarray
+                    ) -> tuple[list[RowState | None], np.ndarray, int, bool]:
         """Each row's state (its request's history if it continues, else a fresh one; None for
-        a row that sampled nothing), the drafted tokens accepted, and whether any row is new."""
+        a row that sampled nothing), the rows' keys (`RowTable.continuing`), the drafted tokens
+        accepted, and whether any row is new."""
         rows = len(sampled)
         before = counts - lens
         table = self._table
@@ -250,7 +256,7 @@ class AdaptiveProposer:
             if state.candidates:
                 self._score(state, sampled[i])
         self.stats["accepted_tokens"] += accepted
-        return states, accepted, fresh
+        return states, keys, accepted, fresh
 
     def _start(self, prompt_len: int) -> RowState:
         self.stats["requests"] += 1
@@ -270,6 +276,8 @@ class AdaptiveProposer:
             key = (source, candidate.band, candidate.full)
             expected = self.pooled.observe(key, hits, misses)
             state.evidence.observe(source, hits, expected, full=not misses)
+            if source == "suffix":
+                self._finder.suffix_scored(state, self.control.cycle, hit=hits > 0)
             if candidate.drafted:
                 realised = min(len(new) - 1, candidate.drafted)
                 self.calibration.observe(source, candidate.predicted, realised)

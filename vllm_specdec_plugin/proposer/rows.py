@@ -47,6 +47,10 @@ class RowState:
     """What was actually proposed for this row last cycle."""
     suffix_synced: int = -1
     """Tokens given to the suffix tree so far (-1: the request is not started there)."""
+    suffix_wait: int = 1
+    suffix_next: int = 0
+    """The suffix tree is asked again for this row no earlier than this cycle (a backoff of
+    `suffix_wait` cycles: `CandidateFinder.suffix_scored`)."""
     probed: bool = False
     """Candidates were looked for at least once (a new request is probed even when dormant)."""
 
@@ -60,6 +64,8 @@ def continues(state: RowState, new: Sequence[int]) -> bool:
 def masked_keys(token_ids: np.ndarray, rows: int, counts: np.ndarray) -> np.ndarray:
     """Each row's first KEY_TOKENS tokens, with positions at or past `counts[i]` (or past the
     array's width) set to -1: the token array holds stale tokens there."""
+    if token_ids.shape[1] >= KEY_TOKENS and (rows == 0 or counts[:rows].min() >= KEY_TOKENS):
+        return np.array(token_ids[:rows, :KEY_TOKENS], dtype=np.int64)  # the common case
     keys = np.full((rows, KEY_TOKENS), -1, dtype=np.int64)
     width = min(KEY_TOKENS, token_ids.shape[1])
     keys[:, :width] = token_ids[:rows, :width]
@@ -101,13 +107,17 @@ class RowTable:
         return out
 
     def store(self, states: list[RowState | None], counts: np.ndarray,
-              token_ids: np.ndarray) -> None:
-        """This cycle's states, keyed by the tokens they hold now."""
+              token_ids: np.ndarray, keys: np.ndarray | None = None) -> None:
+        """This cycle's states, keyed by the tokens they hold now. `keys`: the keys
+        `continuing` returned this cycle; they still hold when every row had KEY_TOKENS tokens
+        before this cycle's (later tokens do not change a key)."""
         rows = len(states)
         if rows > len(self.counts):
             self._grow(rows)
         self.counts[:] = -1
         self.counts[:rows] = counts[:rows]
-        self.keys[:rows] = masked_keys(token_ids, rows, counts)
+        if keys is None or len(keys) != rows or (rows and keys.min() < 0):
+            keys = masked_keys(token_ids, rows, counts)
+        self.keys[:rows] = keys
         self.states = states + [None] * (len(self.counts) - rows)
         self.stored = rows

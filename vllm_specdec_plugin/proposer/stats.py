@@ -15,6 +15,36 @@ def per_row_us(stats: Mapping[str, float], mode: str = "") -> float | None:
     return 1e6 * stats[f"{prefix}overhead_s"] / rows if rows else None
 
 
+def batch_label(rows: int) -> str:
+    """The batch-size bucket a call's cost is kept under: "1", "2-3", "4-7", ..."""
+    low = 1 << (max(rows, 1).bit_length() - 1)
+    return "1" if low == 1 else f"{low}-{2 * low - 1}"
+
+
+class CostByBatch:
+    """The proposer's own time per call, by mode (awake, dormant) and batch-size bucket: what
+    it costs per row at each load, measured in the engine."""
+
+    def __init__(self) -> None:
+        self._cells: dict[tuple[str, str], list[float]] = {}
+
+    def add(self, mode: str, rows: int, seconds: float) -> None:
+        cell = self._cells.setdefault((mode, batch_label(rows)), [0, 0, 0.0])
+        cell[0] += 1
+        cell[1] += rows
+        cell[2] += seconds
+
+    def summary(self) -> dict[str, dict[str, dict[str, float]]]:
+        """mode -> batch bucket -> calls, µs per call and µs per row."""
+        out: dict[str, dict[str, dict[str, float]]] = {}
+        for (mode, label), (calls, rows, seconds) in sorted(
+                self._cells.items(), key=lambda item: (item[0][0], int(item[0][1].split("-")[0]))):
+            out.setdefault(mode, {})[label] = {
+                "calls": calls, "us_per_call": round(1e6 * seconds / calls, 1),
+                "us_per_row": round(1e6 * seconds / rows, 1)}
+        return out
+
+
 def write_stats(path: str, stats: Mapping[str, float], state: Mapping[str, Any],
                 logger: Any) -> None:
     """The counters, the cost per row (overall, awake, dormant) and the policy's state."""

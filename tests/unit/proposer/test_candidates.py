@@ -1,0 +1,146 @@
+"""Where candidates come from, and what the suffix tree is asked for (pure parts and vLLM's
+real n-gram code; arctic_inference's real suffix tree where installed)."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from vllm_specdec_plugin.proposer import candidates as candidates_module
+from vllm_specdec_plugin.proposer.candidates import (
+    SUFFIX_SAMPLE_EVERY,
+    CandidateFinder,
+    vllm_ngram_matcher,
+)
+from vllm_specdec_plugin.proposer.rows import KEY_TOKENS, RowState, RowTable, masked_keys
+from vllm_specdec_plugin.proposer.stats import CostByBatch, batch_label
+
+
+def test_serial_matcher_finds_what_vllms_batch_matcher_finds():
+    ngram = pytest.importorskip("vllm.v1.spec_decode.ngram_proposer")
+    ours = vllm_ngram_matcher()
+    assert ours is not None
+    rng = np.random.default_rng(0)
+    rows, width, k = 12, 512, 8
+    tokens = rng.integers(0, 6, (rows, width)).astype(np.int32)  # small vocab: many matches
+    counts = rng.integers(2, width, rows).astype(np.int32)
+    looked = [0, 2, 3, 5, 7, 8, 11]
+    theirs_draft, theirs_len = np.zeros((rows, k), np.int32), np.zeros(rows, np.int32)
+    ours_draft, ours_len = np.zeros((rows, k), np.int32), np.zeros(rows, np.int32)
+    ngram.batch_propose_numba(looked, counts, tokens, 3, 5, 600, k, theirs_draft, theirs_len)
+    ours(np.array(looked, dtype=np.int64), counts, tokens, 3, 5, 600, k, ours_draft, ours_len)
+    assert theirs_len.tolist() == ours_len.tolist() and theirs_len.any()
+    for row in looked:
+        assert ours_draft[row, :ours_len[row]].tolist() == (
+            theirs_draft[row, :theirs_len[row]].tolist())
+
+
+def test_masked_keys_fast_path_equals_the_masked_one():
+    rng = np.random.default_rng(1)
+    tokens = rng.integers(0, 100, (6, 32)).astype(np.int32)
+    long_enough = np.array([8, 9, 30, 12, 8, 20])
+    short = np.array([8, 3, 30, 0, 8, 7])
+    fast = masked_keys(tokens, 6, long_enough)
+    slow = masked_keys(tokens, 6, short)
+    assert fast.tolist() == tokens[:, :KEY_TOKENS].tolist()
+    assert slow[1].tolist() == tokens[1, :3].tolist() + [-1] * 5
+    assert slow[3].tolist() == [-1] * KEY_TOKENS
+
+
+def test_store_reuses_this_cycles_keys_only_when_no_row_was_short():
+    tokens = np.arange(64, dtype=np.int32).reshape(2, 32)
+    table = RowTable(2)
+    states = [RowState(uid=0, prompt_len=4), RowState(uid=1, prompt_len=20)]
+    before = np.array([4, 20])
+    _, keys = table.continuing(2, before, tokens)
+    assert keys.min() == -1  # row 0 had 4 tokens: its key was masked
+    table.store(states, np.array([6, 21]), tokens, keys)
+    assert table.keys[0].tolist() == [0, 1, 2, 3, 4, 5, -1, -1]  # recomputed at 6 tokens
+    same, _ = table.continuing(2, np.array([6, 21]), tokens)
+    assert same.tolist() == [True, True]
+
+
+class _FakeTree:
+    """Stands in for arctic_inference's cache in the unit test of the asking rule only."""
+
+    def __init__(self) -> None:
+        self.asked: list[int] = []
+        self.active_requests: set[int] = set()
+
+    def start_request(self, uid, prompt):
+        self.active_requests.add(uid)
+
+    def add_active_response(self, uid, tokens):
+        pass
+
+    def speculate(self, uid, context, **kwargs):
+        self.asked.append(uid)
+        return None  # nothing found
+
+
+def finder_with_fake_tree(monkeypatch: pytest.MonkeyPatch, rows: int) -> CandidateFinder:
+    monkeypatch.setattr(candidates_module, "suffix_cache", lambda *a: _FakeTree())
+    monkeypatch.setattr(candidates_module, "vllm_ngram_matcher", lambda: None)
+    return CandidateFinder(rows, 8, 1024)
+
+
+def test_suffix_tree_backs_off_from_rows_where_it_finds_nothing(monkeypatch):
+    rows = 16
+    finder = finder_with_fake_tree(monkeypatch, rows)
+    states: list[RowState | None] = [RowState(uid=i, prompt_len=10) for i in range(rows)]
+    tokens = np.ones((rows, 64), dtype=np.int32)
+    counts = np.full(rows, 20, dtype=np.int32)
+    per_cycle = []
+    for cycle in range(64):
+        before = len(finder.suffix.asked)
+        finder.find(list(range(rows)), states, counts, tokens, cycle)
+        per_cycle.append(len(finder.suffix.asked) - before)
+    assert per_cycle[0] == rows  # first cycle: every row without an n-gram candidate
+    # then at most each row once per SUFFIX_SAMPLE_EVERY cycles (backoff, plus the sample)
+    assert sum(per_cycle[32:]) <= 2 * 32 * rows / SUFFIX_SAMPLE_EVERY
+    state = states[0]
+    assert state is not None and state.suffix_wait == SUFFIX_SAMPLE_EVERY
+    CandidateFinder.suffix_scored(state, 64, hit=True)  # a hit: asked again next cycle
+    assert state.suffix_wait == 1 and state.suffix_next == 65
+
+
+def test_dormant_finder_never_asks_the_suffix_tree(monkeypatch):
+    finder = finder_with_fake_tree(monkeypatch, 8)
+    states: list[RowState | None] = [RowState(uid=i, prompt_len=10) for i in range(8)]
+    tokens = np.ones((8, 64), dtype=np.int32)
+    for cycle in range(16):
+        finder.find(list(range(8)), states, np.full(8, 20, np.int32), tokens, cycle,
+                    dormant=True)
+    assert finder.suffix.asked == [] and finder.suffix.active_requests == set()
+
+
+def test_cost_by_batch_keeps_per_row_cost_per_bucket_and_mode():
+    cost = CostByBatch()
+    for rows, seconds in ((1, 100e-6), (1, 300e-6), (20, 400e-6), (31, 620e-6)):
+        cost.add("awake", rows, seconds)
+    cost.add("dormant", 40, 200e-6)
+    summary = cost.summary()
+    assert summary["awake"]["1"] == {"calls": 2, "us_per_call": 200.0, "us_per_row": 200.0}
+    assert summary["awake"]["16-31"]["us_per_row"] == pytest.approx(1020 / 51, abs=0.1)
+    assert summary["dormant"]["32-63"]["us_per_row"] == 5.0
+    assert [batch_label(r) for r in (1, 2, 3, 4, 8, 15, 64)] == [
+        "1", "2-3", "2-3", "4-7", "8-15", "8-15", "64-127"]
+
+
+@pytest.mark.skipif(candidates_module.suffix_cache() is None,
+                    reason="arctic_inference not installed")
+def test_real_suffix_tree_drafts_a_repeated_stretch(monkeypatch):
+    monkeypatch.setattr(candidates_module, "vllm_ngram_matcher", lambda: None)  # suffix only
+    finder = CandidateFinder(1, 8, 1024)
+    rng = random.Random(0)
+    stretch = [rng.randrange(1000) for _ in range(40)]
+    prompt = stretch + [rng.randrange(1000) for _ in range(10)] + stretch[:6]
+    tokens = np.zeros((1, 1024), dtype=np.int32)
+    tokens[0, :len(prompt)] = prompt
+    state = RowState(uid=0, prompt_len=len(prompt) - 1)
+    found = finder.find([0], [state], np.array([len(prompt)], np.int32), tokens, cycle=1)
+    suffix = found[0].get("suffix")
+    assert suffix is not None and suffix.tokens[:4] == stretch[6:10]
+    assert state.suffix_synced == len(prompt)  # its tree brought up to date from the array
