@@ -3,7 +3,7 @@
 
 `CandidateFinder.find` looks only at the rows it is given (all rows when the proposer is awake,
 a rotating share when it is dormant). The n-gram matcher is the cheap source (one numba call for
-all rows, ~2 µs per row at 400 tokens); the suffix tree costs ~10-25 µs per query and ~200 µs
+all rows, ~0.6 µs per row at 400 tokens); the suffix tree costs ~10-25 µs per query and ~200 µs
 per request (building the tree of its prompt, then freeing it), so it is asked only
 
 - when the proposer is awake (a dormant proposer probes with the n-gram matcher alone and wakes
