@@ -6,11 +6,12 @@ Drives the real `AdaptiveProposer` (vLLM's numba n-gram matcher, arctic_inferenc
 tree when installed) the way the model runner does: each row holds a request whose true
 continuation is known; drafts are verified against it (accepted prefix + one bonus token), rows
 whose request ends take a new one. The engine's own step is not run, so the time measured is
-the proposer's alone; in its place the harness sleeps `--step-ms` x (16 + rows + drafted
-tokens), a compute-bound step like the CPU engine's, so drafting pays only where drafts are
-accepted and the proposer's cost table and controller see a step to decide on (0: no step; the
-proposer then sees only its own time). Half the requests copy from their prompt (drafts
-accepted), half do not.
+the proposer's alone; in its place the harness spins (busy, as a step keeps the core busy) for
+`--step-ms` x (16 + rows + drafted tokens), a compute-bound step like the CPU engine's, so
+drafting pays only where drafts are accepted and the proposer's cost table and controller see
+a step to decide on (`--step-ms 0`: no step; the proposer then sees only its own time).
+`--copy-share` sets the share of requests that copy from their prompt (drafts accepted; the
+rest do not): by default half, then none (where the proposer should go dormant).
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from vllm_specdec_plugin.proposer.costs import bucket
+
 
 def per_row_us(stats: Mapping[str, float], mode: str = "") -> float | None:
     """The proposer's own microseconds per batch row per call (all calls, or one mode's)."""
@@ -16,8 +18,9 @@ def per_row_us(stats: Mapping[str, float], mode: str = "") -> float | None:
 
 
 def batch_label(rows: int) -> str:
-    """The batch-size bucket a call's cost is kept under: "1", "2-3", "4-7", ..."""
-    low = 1 << (max(rows, 1).bit_length() - 1)
+    """The batch-size bucket a call's cost is kept under (`costs.bucket`'s buckets): "1",
+    "2-3", "4-7", ..."""
+    low = 1 << (bucket(rows) - 1)
     return "1" if low == 1 else f"{low}-{2 * low - 1}"
 
 
@@ -26,10 +29,11 @@ class CostByBatch:
     it costs per row at each load, measured in the engine."""
 
     def __init__(self) -> None:
-        self._cells: dict[tuple[str, str], list[float]] = {}
+        self._cells: dict[tuple[str, int], list[float]] = {}
+        """(mode, `costs.bucket`) -> [calls, rows, seconds]."""
 
     def add(self, mode: str, rows: int, seconds: float) -> None:
-        cell = self._cells.setdefault((mode, batch_label(rows)), [0, 0, 0.0])
+        cell = self._cells.setdefault((mode, bucket(rows)), [0, 0, 0.0])
         cell[0] += 1
         cell[1] += rows
         cell[2] += seconds
@@ -37,9 +41,8 @@ class CostByBatch:
     def summary(self) -> dict[str, dict[str, dict[str, float]]]:
         """mode -> batch bucket -> calls, µs per call and µs per row."""
         out: dict[str, dict[str, dict[str, float]]] = {}
-        for (mode, label), (calls, rows, seconds) in sorted(
-                self._cells.items(), key=lambda item: (item[0][0], int(item[0][1].split("-")[0]))):
-            out.setdefault(mode, {})[label] = {
+        for (mode, key), (calls, rows, seconds) in sorted(self._cells.items()):
+            out.setdefault(mode, {})[batch_label(1 << (key - 1))] = {
                 "calls": calls, "us_per_call": round(1e6 * seconds / calls, 1),
                 "us_per_row": round(1e6 * seconds / rows, 1)}
         return out
