@@ -35,6 +35,9 @@ def main() -> None:
         current_platform.register_triton_kernel_overrides()
     armed_before = zero_draft.apply_zero_draft_patches()
     applied_before = zero_draft.applied()
+    from vllm_specdec_plugin.engine import request_limits
+
+    request_limits.arm(announce=True)
     import vllm
     import vllm.v1.sample.rejection_sampler as rs
     import vllm.v1.spec_decode.ngram_proposer  # noqa: F401
@@ -58,8 +61,30 @@ def main() -> None:
         "applied_before_import": applied_before, "armed": zero_draft.armed(),
         "applied": zero_draft.applied(), "counts": zero_draft.counts,
         "sampler_cases": zero_draft.sampler_probe(rs.RejectionSampler), "guard": guard,
-        "log": lines.lines}), flush=True)
+        "request_limits": request_limits_contract(), "log": lines.lines}), flush=True)
     sys.stdout.flush()
+
+
+def request_limits_contract() -> dict[str, bool]:
+    """engine/request_limits.py against this vLLM: the patch applied (its signature check
+    passed), the runner's own step calls the method, and a request state holds what the
+    adaptive proposer reads (`sampling_params`, `num_prompt_tokens`)."""
+    import dataclasses
+    import inspect
+
+    from vllm.v1.worker import gpu_input_batch, gpu_model_runner
+
+    from vllm_specdec_plugin.engine import patching, request_limits
+
+    state = gpu_input_batch.CachedRequestState
+    return {
+        "applied": patching.applied(request_limits.NAME),
+        "runner_calls_it": "self.propose_draft_token_ids(" in inspect.getsource(
+            gpu_model_runner.GPUModelRunner),
+        "request_state_fields": "sampling_params" in {f.name for f in dataclasses.fields(state)}
+        and "self.num_prompt_tokens =" in inspect.getsource(state),
+        "req_ids_by_row": isinstance(inspect.getattr_static(gpu_input_batch.InputBatch,
+                                                            "req_ids"), property)}
 
 
 def sampling(batch: int, kind: str, logprobs: int | None = None):

@@ -88,6 +88,15 @@ def test_each_request_gets_a_fresh_history_when_it_reuses_a_row(engines, batch):
     assert stats["requests"] == len(batch[0])
 
 
+def test_the_runner_tells_the_proposer_where_each_request_stops(engines, batch):
+    """engine/request_limits.py reached the runner vLLM runs: every request's max_tokens came
+    with it (the proposer drafts nothing past it: tests/unit/proposer/test_proposer.py)."""
+    plain, adaptive, stats = engines
+    assert stats["limited_requests"] == stats["requests"] == len(batch[0])
+    assert "[adaptive-request-limits]" in adaptive["log"]
+    assert "[adaptive-request-limits]" not in plain["log"]  # not opted in: not patched
+
+
 # Text the proposer cannot predict (high-temperature sampling, seeded) first, copying text after:
 # two rows, so the two unpredictable requests hold the batch alone until they finish.
 UNPREDICTABLE = {"temperature": 2.0, "top_k": 0, "seed": 5}

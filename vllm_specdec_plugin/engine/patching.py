@@ -16,6 +16,7 @@ On another vLLM the plugin warns once per process and still runs every probe.
 
 from __future__ import annotations
 
+import importlib.abc
 import importlib.util
 import inspect
 import logging
@@ -171,6 +172,60 @@ def flush_log() -> None:
 
 def level(announce: bool) -> int:
     return logging.INFO if announce else logging.DEBUG
+
+
+# --- applied when a module is imported (the runner's modules load late, in the worker) -------
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs callbacks right after one module's code has run (found by the regular finders)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.callbacks: list[Callable[[], None]] = []
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)  # once; and the search below must not find us again
+        spec = importlib.util.find_spec(fullname)
+        loader = getattr(spec, "loader", None)
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        exec_module = loader.exec_module
+        callbacks = self.callbacks
+
+        def run_then_patch(module: Any) -> None:
+            exec_module(module)
+            for callback in callbacks:
+                callback()
+
+        loader.exec_module = run_then_patch
+        return spec
+
+
+_waiting: dict[str, _AfterImport] = {}
+
+
+def when_imported(name: str, callback: Callable[[], None]) -> None:
+    """`callback()` now if module `name` is imported, else right after it is."""
+    if name in sys.modules:
+        callback()
+        return
+    finder = _waiting.get(name)
+    if finder is None or finder not in sys.meta_path:
+        finder = _waiting[name] = _AfterImport(name)
+        sys.meta_path.insert(0, finder)
+    finder.callbacks.append(callback)
+
+
+def check_parameters(function: Any, expected: list[str], target: str) -> None:
+    """Raise TypeError unless `function` takes exactly `expected` (the contract a patch was
+    written for)."""
+    names = list(inspect.signature(function).parameters)
+    if names != expected:
+        raise TypeError(f"{target} takes ({', '.join(names)}), not ({', '.join(expected)}): "
+                        "a vLLM whose contract this patch was not written for")
 
 
 # --- the tested vLLM range --------------------------------------------------------------------

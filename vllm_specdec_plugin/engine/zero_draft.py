@@ -38,11 +38,8 @@ vLLM 0.33's Model Runner V2 samples a batch without drafts with its plain sample
 from __future__ import annotations
 
 import functools
-import importlib.abc
-import importlib.util
 import inspect
 import logging
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -81,7 +78,7 @@ def apply_zero_draft_patches(*, announce: bool = True) -> list[str]:
         if name in _armed:
             continue
         _armed.add(name)
-        when_imported(module, functools.partial(_apply_guarded, name, apply, announce))
+        patches.when_imported(module, functools.partial(_apply_guarded, name, apply, announce))
     return armed()
 
 
@@ -134,13 +131,6 @@ def probe_count(key: str) -> int:
     return counts.get(f"probe:{key}", 0)
 
 
-def _check_parameters(function: Any, expected: list[str], target: str) -> None:
-    names = list(inspect.signature(function).parameters)
-    if names != expected:
-        raise TypeError(f"{target} takes ({', '.join(names)}), not ({', '.join(expected)}): "
-                        "a vLLM whose contract this patch was not written for")
-
-
 def _undo(name: str, call_site: str, announce: bool) -> None:
     _failed.add(name)
     patches.restore(name)
@@ -152,51 +142,6 @@ def _undo(name: str, call_site: str, announce: bool) -> None:
 def _proven(name: str, call_site: str, announce: bool) -> None:
     patches.log(patches.level(announce), "vllm-specdec-plugin: %s in place, checked through "
                  "%s", name, call_site)
-
-
-# --- applied when a module is imported -------------------------------------------------------
-
-
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Runs callbacks right after one module's code has run (found by the regular finders)."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.callbacks: list[Callable[[], None]] = []
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if fullname != self.name:
-            return None
-        sys.meta_path.remove(self)  # once; and the search below must not find us again
-        spec = importlib.util.find_spec(fullname)
-        loader = getattr(spec, "loader", None)
-        if loader is None or not hasattr(loader, "exec_module"):
-            return spec
-        exec_module = loader.exec_module
-        callbacks = self.callbacks
-
-        def run_then_patch(module: Any) -> None:
-            exec_module(module)
-            for callback in callbacks:
-                callback()
-
-        loader.exec_module = run_then_patch
-        return spec
-
-
-_waiting: dict[str, _AfterImport] = {}
-
-
-def when_imported(name: str, callback: Callable[[], None]) -> None:
-    """`callback()` now if module `name` is imported, else right after it is."""
-    if name in sys.modules:
-        callback()
-        return
-    finder = _waiting.get(name)
-    if finder is None or finder not in sys.meta_path:
-        finder = _waiting[name] = _AfterImport(name)
-        sys.meta_path.insert(0, finder)
-    finder.callbacks.append(callback)
 
 
 # --- zero-draft-plain-sampler ------------------------------------------------------------------
@@ -235,7 +180,8 @@ def _patch_sampler(announce: bool) -> None:
 
     owner = module.RejectionSampler
     original = inspect.getattr_static(owner, "forward")
-    _check_parameters(original, SAMPLER_PARAMETERS, f"{SAMPLER_MODULE}.RejectionSampler.forward")
+    patches.check_parameters(original, SAMPLER_PARAMETERS,
+                             f"{SAMPLER_MODULE}.RejectionSampler.forward")
 
     @functools.wraps(original)
     def forward(self: Any, metadata: Any, draft_probs: Any, logits: Any,
@@ -369,7 +315,7 @@ def _patch_metadata(announce: bool) -> None:
 
     owner = module.GPUModelRunner
     original = inspect.getattr_static(owner, "_calc_spec_decode_metadata")
-    _check_parameters(original, METADATA_PARAMETERS,
+    patches.check_parameters(original, METADATA_PARAMETERS,
                       f"{METADATA_MODULE}.GPUModelRunner._calc_spec_decode_metadata")
 
     @functools.wraps(original)
@@ -458,7 +404,7 @@ def _patch_ngram(announce: bool) -> None:
 
     owner = module.NgramProposer
     original = inspect.getattr_static(owner, "propose")
-    _check_parameters(original, NGRAM_PARAMETERS, f"{NGRAM_MODULE}.NgramProposer.propose")
+    patches.check_parameters(original, NGRAM_PARAMETERS, f"{NGRAM_MODULE}.NgramProposer.propose")
 
     @functools.wraps(original)
     def propose(self: Any, num_speculative_tokens: int, sampled_token_ids: list[list[int]],

@@ -6,8 +6,8 @@ were. Three layers:
 
 1. `PooledAcceptance`: decayed hit/trial counts pooled across all rows, by feature: the
    candidate's source (`ngram`, `suffix`), the position bucket (1, 2, 3-4, 5-8, 9+), the
-   candidate's strength (the suffix tree's mean token probability in three bands; vLLM's n-gram
-   matcher does not report its match length, so n-gram candidates have one band) and whether
+   candidate's strength (the suffix tree's mean token probability in three bands; for n-gram
+   candidates the match length, 3 or 4-5 tokens, `candidates.NGRAM_LONG`) and whether
    the row's last scored candidate of that source was matched in full (a copy run goes on).
    Pooling is what lets a new row, or a row that never drafts and so never observes position
    2 and later, start from what similar candidates did instead of a flat prior.
@@ -53,23 +53,28 @@ _BUCKET_OF = tuple(position_bucket(p) for p in range(65))
 
 
 def strength_band(source: str, mean_prob: float | None) -> int:
-    """The candidate's strength band (suffix: by mean token probability; n-gram: one band)."""
+    """A suffix candidate's strength band, by mean token probability (n-gram candidates get
+    theirs from their match length, `candidates.CandidateFinder.find`)."""
     if source != "suffix" or mean_prob is None:
         return 0
     return sum(mean_prob >= band for band in STRENGTH_BANDS)
 
 
-def bucket_counts(hits: int, misses: int) -> list[tuple[int, int, int]]:
-    """(bucket, accepted, trials) of one scored candidate: positions 1..hits accepted, then
-    position hits+1 rejected when `misses`."""
+def bucket_counts(hits: int, misses: int, start: int = 0) -> list[tuple[int, int, int]]:
+    """(bucket, accepted, trials) of one scored candidate: positions start+1..hits accepted,
+    then position hits+1 rejected when `misses` (`start` > 0: the positions up to it were
+    counted already, a shadow candidate followed over cycles)."""
     last = hits + (1 if misses else 0)
     out = []
-    for index, start in enumerate(POSITION_STARTS):
+    for index, first in enumerate(POSITION_STARTS):
         end = POSITION_STARTS[index + 1] - 1 if index + 1 < len(POSITION_STARTS) else last
-        if start > last:
+        first = max(first, start + 1)
+        if first > last:
             break
-        trials = min(end, last) - start + 1
-        accepted = max(0, min(end, hits) - start + 1)
+        if first > end:
+            continue
+        trials = min(end, last) - first + 1
+        accepted = max(0, min(end, hits) - first + 1)
         out.append((index, accepted, trials))
     return out
 
@@ -99,14 +104,15 @@ class PooledAcceptance:
             self._rates[key] = cached
         return cached
 
-    def observe(self, key: Key, hits: int, misses: int) -> float:
-        """Count one scored candidate; returns the accepted tokens the rates expected for it
-        (the sum over its observed positions of the rate before this observation)."""
+    def observe(self, key: Key, hits: int, misses: int, start: int = 0) -> float:
+        """Count one scored candidate (its positions after `start`); returns the accepted
+        tokens the rates expected for them (the sum over those positions of the rate before
+        this observation)."""
         rates = self.rates(key)
         hit_counts = self._hits.setdefault(key, [0.0] * len(POSITION_STARTS))
         trial_counts = self._trials.setdefault(key, [0.0] * len(POSITION_STARTS))
         expected = 0.0
-        for index, accepted, trials in bucket_counts(hits, misses):
+        for index, accepted, trials in bucket_counts(hits, misses, start):
             expected += rates[index] * trials
             hit_counts[index] = hit_counts[index] * POOLED_DECAY + accepted
             trial_counts[index] = trial_counts[index] * POOLED_DECAY + trials

@@ -3,8 +3,9 @@
 
 `CandidateFinder.find` looks only at the rows it is given (all rows when the proposer is awake,
 a rotating share when it is dormant). The n-gram matcher is the cheap source (one numba call for
-all rows, ~0.6 µs per row at 400 tokens); the suffix tree costs ~10-25 µs per query and ~200 µs
-per request (building the tree of its prompt, then freeing it), so it is asked only
+all rows, ~0.6 µs per row and match-length band at 400 tokens); the suffix tree costs ~10-25 µs
+per query and ~200 µs per request (building the tree of its prompt, then freeing it), so it is
+asked only
 
 - when the proposer is awake (a dormant proposer probes with the n-gram matcher alone and wakes
   fully, both sources, at the latest every `control.WAKE_EVERY` cycles);
@@ -34,8 +35,9 @@ from vllm_specdec_plugin.proposer.rows import Candidate, RowState
 SUFFIX_TREE_DEPTH = 24
 SUFFIX_MAX_CACHED_REQUESTS = 10000
 SUFFIX_MIN_TOKEN_PROB = 0.1
-# N-gram lengths for vLLM's matcher: longest match of 3..5 tokens (KAITO's static config uses 4).
-NGRAM_MIN, NGRAM_MAX = 3, 5
+# N-gram lengths for vLLM's matcher: longest match of 3..5 tokens (KAITO's static config uses 4);
+# a match of NGRAM_LONG or more is the stronger band (its acceptance is pooled apart).
+NGRAM_MIN, NGRAM_LONG, NGRAM_MAX = 3, 4, 5
 SUFFIX_SHORT = 4
 SUFFIX_SAMPLE_EVERY = 8
 
@@ -61,11 +63,18 @@ def vllm_ngram_matcher() -> Any:
 
     @numba.njit(nogil=True)
     def batch(rows: np.ndarray, num_tokens: np.ndarray, token_ids: np.ndarray, min_n: int,
-              max_n: int, max_model_len: int, k: int, draft: np.ndarray,
-              lengths: np.ndarray) -> None:  # pragma: no cover (compiled)
+              long_n: int, max_n: int, max_model_len: int, k: int, draft: np.ndarray,
+              lengths: np.ndarray, bands: np.ndarray) -> None:  # pragma: no cover (compiled)
         for j in range(rows.shape[0]):
             row = rows[j]
-            found = match(token_ids[row, :num_tokens[row]], min_n, max_n, max_model_len, k)
+            tokens = token_ids[row, :num_tokens[row]]
+            # the longest match of long_n..max_n tokens first (band 1), else of min_n..long_n-1
+            # (band 0): vLLM's function does not say how long its match was
+            found = match(tokens, long_n, max_n, max_model_len, k)
+            bands[row] = 1
+            if found.shape[0] == 0 and min_n < long_n:
+                found = match(tokens, min_n, long_n - 1, max_model_len, k)
+                bands[row] = 0
             lengths[row] = found.shape[0]
             if found.shape[0]:
                 draft[row, :found.shape[0]] = found
@@ -103,6 +112,7 @@ class CandidateFinder:
         self.k, self.max_model_len = k, max_model_len
         self._draft = np.zeros((max_rows, k), dtype=np.int32)
         self._lengths = np.zeros(max_rows, dtype=np.int32)
+        self._bands = np.zeros(max_rows, dtype=np.int32)
         self._ngram = vllm_ngram_matcher()
         self.max_cached = cached_requests(os.environ)
         self.suffix = suffix_cache(self.max_cached)
@@ -124,7 +134,8 @@ class CandidateFinder:
                 length = int(self._lengths[i])
                 state = states[i]
                 if length and state is not None:
-                    found[i]["ngram"] = Candidate(self._draft[i, :length].tolist(), 0,
+                    found[i]["ngram"] = Candidate(self._draft[i, :length].tolist(),
+                                                  int(self._bands[i]),
                                                   state.evidence.last_full["ngram"])
         if self.suffix is not None and not dormant:
             for i in rows:
@@ -204,4 +215,5 @@ class CandidateFinder:
 
     def _run_ngram(self, rows: list[int], num_tokens: np.ndarray, token_ids: np.ndarray) -> None:
         self._ngram(np.fromiter(rows, dtype=np.int64, count=len(rows)), num_tokens, token_ids,
-                    NGRAM_MIN, NGRAM_MAX, self.max_model_len, self.k, self._draft, self._lengths)
+                    NGRAM_MIN, NGRAM_LONG, NGRAM_MAX, self.max_model_len, self.k, self._draft,
+                    self._lengths, self._bands)

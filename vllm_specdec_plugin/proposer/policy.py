@@ -26,15 +26,26 @@ def outcome(candidate: Sequence[int], actual: Sequence[int]) -> tuple[int, int]:
     """(accepted positions, rejected positions) of `candidate` against the tokens that came.
 
     `actual` is what the engine emitted for the row this step (accepted drafts plus the bonus
-    token), i.e. the true continuation for `len(actual)` positions. A candidate that was never
-    drafted is scored the same way ("shadow" drafting): the first position is always checked,
-    so rows that draft nothing still learn whether drafting would pay.
+    token), i.e. the true continuation for `len(actual)` positions.
     """
-    hits = 0
-    limit = min(len(candidate), len(actual))
-    while hits < limit and candidate[hits] == actual[hits]:
-        hits += 1
-    return hits, int(hits < limit)
+    matched, missed = follow(candidate, 0, actual)
+    return matched, int(missed)
+
+
+def follow(candidate: Sequence[int], matched: int, actual: Sequence[int]) -> tuple[int, bool]:
+    """(positions matched so far, whether one missed) of `candidate`, of which `matched`
+    positions already matched the row's tokens, after the row emitted `actual` next.
+
+    A shadow candidate (one never drafted) is followed this way over as many cycles as it takes
+    to reach a miss or its end: a row that drafts nothing emits one token a cycle, and without
+    following it, positions 2 and later of what it would have drafted are never observed and
+    keep their prior (too low to draft at high batch, so never drafted: a fixed point).
+    """
+    limit = min(len(candidate) - matched, len(actual))
+    step = 0
+    while step < limit and candidate[matched + step] == actual[step]:
+        step += 1
+    return matched + step, step < limit
 
 
 def plan_draft_lengths(values: Sequence[Sequence[float]], rows: int,

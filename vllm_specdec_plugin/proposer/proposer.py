@@ -10,7 +10,9 @@ vLLM (0.32 and 0.33, V1 model runner) builds `AdaptiveProposer(vllm_config)` in 
 draft list per batch row ([] = no draft). Each call (a "cycle"):
 
 1. matches rows to requests (`rows.RowTable`, vectorised) and scores last cycle's candidates
-   against the tokens that came, drafted or not (`acceptance.py`);
+   against the tokens that came (`acceptance.py`): a drafted one at once, an undrafted one
+   followed over the row's next cycles to its first miss, so every draft position is observed
+   whether or not the row drafts;
 2. times the cycle since the last call (the proposer's own time included) into the step-cost
    table (`costs.py`), when it was a clean decode cycle;
 3. finds candidates for the rows it looks at (all rows when awake, a rotating share when dormant,
@@ -31,7 +33,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from itertools import count
 from typing import Any
 
@@ -43,9 +45,9 @@ from vllm_specdec_plugin.proposer.acceptance import Calibration, PooledAcceptanc
 from vllm_specdec_plugin.proposer.candidates import CandidateFinder
 from vllm_specdec_plugin.proposer.control import DraftController
 from vllm_specdec_plugin.proposer.costs import StepCostTable
-from vllm_specdec_plugin.proposer.policy import outcome, plan_draft_lengths
-from vllm_specdec_plugin.proposer.rows import RowState, RowTable, continues
-from vllm_specdec_plugin.proposer.stats import CostByBatch, write_stats
+from vllm_specdec_plugin.proposer.policy import follow, outcome, plan_draft_lengths
+from vllm_specdec_plugin.proposer.rows import Candidate, RowState, RowTable, continues
+from vllm_specdec_plugin.proposer.stats import CostByBatch, StatsFile
 from vllm_specdec_plugin.proposer.trace import TraceWriter
 
 CLASS_PATH = ADAPTIVE_CLASS_PATH
@@ -53,6 +55,8 @@ DEFAULT_NUM_SPECULATIVE_TOKENS = 8
 # A gap between calls longer than this many predicted cycles is idle time, not a cycle.
 IDLE_FACTOR = 4.0
 STATS_EVERY = 25
+# The statistics file is written again this long after the last call (the run's tail).
+STATS_IDLE_S = 0.5
 MAX_REQUEST_CYCLES = 64
 
 
@@ -81,7 +85,9 @@ class AdaptiveProposer:
         self._last: tuple[float, int, int, float | None] | None = None
         """(start, rows, drafted, baseline seconds) of the last cycle."""
         self._failed = False
-        self._stats_path = os.environ.get(ENV_ADAPTIVE_STATS) or None
+        stats_path = os.environ.get(ENV_ADAPTIVE_STATS) or None
+        self._stats_file = None if stats_path is None else StatsFile(
+            stats_path, self._stats_document, self._logger, STATS_EVERY, STATS_IDLE_S)
         self._trace = TraceWriter.open(os.environ.get(ENV_ADAPTIVE_TRACE) or None)
         self._requests_written = 0.0
         self.cost_by_batch = CostByBatch()
@@ -89,7 +95,14 @@ class AdaptiveProposer:
             "calls": 0, "rows": 0, "overhead_s": 0.0, "requests": 0, "draft_tokens": 0,
             "accepted_tokens": 0, "steps_timed": 0, "errors": 0, "awake_rows": 0,
             "awake_overhead_s": 0.0, "dormant_rows": 0, "dormant_overhead_s": 0.0,
-            "probed_rows": 0, "baseline_cycles": 0}
+            "probed_rows": 0, "baseline_cycles": 0, "limited_requests": 0}
+
+    wants_request_limits = True
+    """Asks vLLM's model runner for its requests (`engine/request_limits.py`)."""
+    request_limits: tuple[Sequence[str | None], Mapping[str, Any]] | None = None
+    """(request id by batch row, the runner's request states by id), set by the runner before
+    each call: where each request stops. vLLM trims drafts to max_model_len only, so a draft
+    past a request's max_tokens is verified in full and thrown away."""
 
     def load_model(self, *args: Any, **kwargs: Any) -> None:
         """No model: the CPU model runner calls this for every drafter."""
@@ -97,6 +110,16 @@ class AdaptiveProposer:
     def propose(self, sampled_token_ids: list[list[int]], num_tokens_no_spec: np.ndarray,
                 token_ids_cpu: np.ndarray, slot_mappings: Any = None) -> list[list[int]]:
         """One draft list per batch row; never raises."""
+        if self._stats_file is None:
+            return self._cycle(sampled_token_ids, num_tokens_no_spec, token_ids_cpu)
+        with self._stats_file.call():
+            drafts = self._cycle(sampled_token_ids, num_tokens_no_spec, token_ids_cpu)
+            self._stats_file.called(force=self.stats["requests"] != self._requests_written)
+            self._requests_written = self.stats["requests"]
+        return drafts
+
+    def _cycle(self, sampled_token_ids: list[list[int]], num_tokens_no_spec: np.ndarray,
+               token_ids_cpu: np.ndarray) -> list[list[int]]:
         start = time.perf_counter()
         dormant = self.control.dormant
         try:
@@ -118,22 +141,18 @@ class AdaptiveProposer:
         self.stats[f"{mode}_rows"] += rows
         self.stats[f"{mode}_overhead_s"] += spent
         self.cost_by_batch.add(mode, rows, spent)
-        if self._stats_path and (self.stats["calls"] % STATS_EVERY == 0
-                                 or self.stats["requests"] != self._requests_written):
-            self._requests_written = self.stats["requests"]
-            self.write_stats(self._stats_path)
         return drafts
 
-    def write_stats(self, path: str) -> None:
-        write_stats(path, self.stats, {
+    def _stats_document(self) -> tuple[dict[str, float], dict[str, Any]]:
+        return dict(self.stats), {
             "cost_table": self.cost.summary(), "pooled": self.pooled.table(),
             "cost_by_batch": self.cost_by_batch.summary(),
             "calibration": {s: self.calibration.factor(s) for s in self.calibration.predicted},
             "margin": self.control.margin, "dormant": self.control.dormant,
-            **self.control.counters, "events": self.control.events,
-            "request_cycles": self.request_cycles,
+            **self.control.counters, "events": list(self.control.events),
+            "request_cycles": list(self.request_cycles),
             "suffix": self._finder.suffix is not None,
-            "suffix_calls": self._finder.suffix_calls}, self._logger)
+            "suffix_calls": self._finder.suffix_calls}
 
     def _reset(self) -> None:
         """Forget every row (after an internal error): all requests start afresh."""
@@ -169,7 +188,8 @@ class AdaptiveProposer:
             state = states[i]
             assert state is not None
             best, best_values, best_sum = None, [], 0.0
-            room = max(self.max_model_len - 1 - int(counts[i]), 0)
+            # a step emits up to drafted + 1 tokens: draft none past the request's last token
+            room = max(min(self.max_model_len, state.end) - 1 - int(counts[i]), 0)
             for source, candidate in candidates[i].items():
                 limit = min(len(candidate.tokens), self.k, room)
                 raw = token_values(self.pooled.rates((source, candidate.band, candidate.full)),
@@ -240,7 +260,7 @@ class AdaptiveProposer:
                     self._stop(state)
                     state = None
                 if state is None:
-                    state = self._start(int(before[i]))
+                    state = self._start(i, int(before[i]))
                     fresh = True
                 states[i] = state
             for leftovers in displaced.values():  # requests gone from the batch
@@ -253,38 +273,95 @@ class AdaptiveProposer:
                 continue
             if state.draft:
                 accepted += int(lens[i]) - 1
-            if state.candidates:
+            if state.candidates or state.shadows:
                 self._score(state, sampled[i])
         self.stats["accepted_tokens"] += accepted
         return states, keys, accepted, fresh
 
-    def _start(self, prompt_len: int) -> RowState:
+    def _start(self, row: int, prompt_len: int) -> RowState:
         self.stats["requests"] += 1
         if len(self.request_cycles) < MAX_REQUEST_CYCLES:
             self.request_cycles.append(self.control.cycle)
-        return RowState(uid=next(self._uids), prompt_len=prompt_len)
+        state = RowState(uid=next(self._uids), prompt_len=prompt_len)
+        end = self._request_end(row)
+        if end is not None:
+            state.end = end
+            self.stats["limited_requests"] += 1
+        return state
+
+    def _request_end(self, row: int) -> int | None:
+        """The token count at which the request in `row` stops (prompt + max_tokens), from the
+        runner's request states (`request_limits`), or None where they are not given."""
+        if self.request_limits is None:
+            return None
+        req_ids, requests = self.request_limits
+        if row >= len(req_ids):
+            return None
+        req_id = req_ids[row]
+        request = None if req_id is None else requests.get(req_id)
+        params = getattr(request, "sampling_params", None)
+        max_tokens = getattr(params, "max_tokens", None)
+        prompt = getattr(request, "num_prompt_tokens", None)
+        if not isinstance(max_tokens, int) or not isinstance(prompt, int):
+            return None
+        return prompt + max_tokens
 
     def _stop(self, state: RowState) -> None:
+        """The request left the batch: its shadows end as matched so far, no miss seen (their
+        positions are in the pooled rates already; this closes them in the trace)."""
+        for source, shadow in state.shadows.items():
+            self._learn(state, source, shadow, shadow.matched, 0, shadow.matched)
+        state.shadows = {}
         self._finder.stop(state)
 
     def _score(self, state: RowState, new: Sequence[int]) -> None:
-        """Learn from last cycle's candidates (drafted or shadow) against the tokens that came."""
+        """Learn from last cycle's candidates against the tokens that came: a drafted one at
+        once (the engine verified it), an undrafted one ("shadow") followed over the row's next
+        cycles until it misses or ends (`policy.follow`), one shadow per source at a time, each
+        position counted in the pooled rates as soon as its token came."""
+        for source, shadow in list(state.shadows.items()):
+            if self._follow(state, source, shadow, new):
+                del state.shadows[source]
         for source, candidate in state.candidates.items():
-            hits, misses = outcome(candidate.tokens, new)
-            if not (hits or misses):
-                continue
-            key = (source, candidate.band, candidate.full)
-            expected = self.pooled.observe(key, hits, misses)
-            state.evidence.observe(source, hits, expected, full=not misses)
-            if source == "suffix":
-                self._finder.suffix_scored(state, self.control.cycle, hit=hits > 0)
+            if source == "suffix":  # the suffix tree's backoff goes by the first token
+                self._finder.suffix_scored(state, self.control.cycle,
+                                           hit=bool(new) and candidate.tokens[0] == new[0])
             if candidate.drafted:
-                realised = min(len(new) - 1, candidate.drafted)
-                self.calibration.observe(source, candidate.predicted, realised)
-            if self._trace is not None:
-                self._trace.write(self.control.cycle, self._rows_now, state.uid, source,
-                                  candidate, hits, misses, len(new))
+                hits, misses = outcome(candidate.tokens, new)
+                self.calibration.observe(source, candidate.predicted,
+                                         min(len(new) - 1, candidate.drafted))
+                candidate.expected = self.pooled.observe(
+                    (source, candidate.band, candidate.full), hits, misses)
+                self._learn(state, source, candidate, hits, misses, len(new))
+            elif source not in state.shadows and not self._follow(state, source, candidate,
+                                                                  new):
+                state.shadows[source] = candidate
         state.candidates = {}
+
+    def _follow(self, state: RowState, source: str, shadow: Candidate,
+                new: Sequence[int]) -> bool:
+        """Compare a shadow's next positions with `new`, count them; True once it resolved."""
+        before = shadow.matched
+        shadow.matched, missed = follow(shadow.tokens, before, new)
+        if shadow.matched > before or missed:
+            shadow.expected += self.pooled.observe((source, shadow.band, shadow.full),
+                                                   shadow.matched, int(missed), start=before)
+        if missed or shadow.matched >= len(shadow.tokens):
+            self._learn(state, source, shadow, shadow.matched, int(missed),
+                        shadow.matched + int(missed))
+            return True
+        return False
+
+    def _learn(self, state: RowState, source: str, candidate: Candidate, hits: int,
+               misses: int, observed: int) -> None:
+        """A candidate's whole outcome (its positions are in the pooled rates already) into the
+        row's evidence and the trace."""
+        if not (hits or misses):
+            return
+        state.evidence.observe(source, hits, candidate.expected, full=not misses)
+        if self._trace is not None:
+            self._trace.write(self.control.cycle, self._rows_now, state.uid, source, candidate,
+                              hits, misses, observed)
 
     def _time_cycle(self, now: float, rows: int, accepted: int, clean: bool) -> None:
         """Feed the time since the last call to the cost table, when it was one decode cycle of

@@ -33,6 +33,10 @@ class Candidate:
     """Expected accepted tokens of the drafted prefix (uncalibrated), when drafted."""
     calibrated: float = 0.0
     """The same, calibrated: what the plan counted on."""
+    matched: int = 0
+    """Positions that matched the row's tokens so far (a shadow followed over cycles)."""
+    expected: float = 0.0
+    """What the pooled rates expected of its positions scored so far."""
 
 
 @dataclass
@@ -41,8 +45,13 @@ class RowState:
 
     uid: int
     prompt_len: int
+    end: int = 1 << 62
+    """The token count at which the request stops (prompt + max_tokens), when known."""
     evidence: RowEvidence = field(default_factory=RowEvidence)
     candidates: dict[str, Candidate] = field(default_factory=dict)
+    shadows: dict[str, Candidate] = field(default_factory=dict)
+    """Per source, the undrafted candidate being followed until it misses or ends
+    (`policy.follow`)."""
     draft: list[int] = field(default_factory=list)
     """What was actually proposed for this row last cycle."""
     suffix_synced: int = -1

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from vllm_specdec_plugin.proposer.costs import bucket
@@ -63,3 +66,50 @@ def write_stats(path: str, stats: Mapping[str, float], state: Mapping[str, Any],
         os.replace(tmp, path)
     except OSError as exc:
         logger.debug("adaptive proposer stats not written: %s", exc)
+
+
+class StatsFile:
+    """Keeps the statistics file current: written every `every` calls and when asked (a new
+    request), and once more when the engine has gone `idle_s` without a call, by a daemon
+    thread, so the file ends with the run's last cycle, not up to `every` calls before it.
+
+    The proposer runs each call inside `call()`, which holds the lock the idle writer takes:
+    the writer never reads the proposer's state while a call changes it.
+    """
+
+    def __init__(self, path: str, document: Callable[[], tuple[Mapping[str, float],
+                                                                Mapping[str, Any]]],
+                 logger: Any, every: int, idle_s: float) -> None:
+        self.path, self._document, self._logger = path, document, logger
+        self._every, self._idle_s = every, idle_s
+        self._lock = threading.Lock()
+        self._calls = 0
+        self._dirty = False
+        self._last_call = time.monotonic()
+        threading.Thread(target=self._idle_writer, name="specdec-adaptive-stats",
+                         daemon=True).start()
+
+    @contextmanager
+    def call(self) -> Iterator[None]:
+        with self._lock:
+            yield
+
+    def called(self, force: bool) -> None:
+        """End of a call (inside `call()`): write now if due, else mark the file stale."""
+        self._calls += 1
+        self._last_call = time.monotonic()
+        self._dirty = True
+        if force or self._calls % self._every == 0:
+            self._write()
+
+    def _write(self) -> None:
+        self._dirty = False
+        stats, state = self._document()
+        write_stats(self.path, stats, state, self._logger)
+
+    def _idle_writer(self) -> None:
+        while True:
+            time.sleep(self._idle_s)
+            with self._lock:
+                if self._dirty and time.monotonic() - self._last_call >= self._idle_s:
+                    self._write()

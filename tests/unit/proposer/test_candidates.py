@@ -29,12 +29,20 @@ def test_serial_matcher_finds_what_vllms_batch_matcher_finds():
     looked = [0, 2, 3, 5, 7, 8, 11]
     theirs_draft, theirs_len = np.zeros((rows, k), np.int32), np.zeros(rows, np.int32)
     ours_draft, ours_len = np.zeros((rows, k), np.int32), np.zeros(rows, np.int32)
+    bands = np.full(rows, -1, np.int32)
     ngram.batch_propose_numba(looked, counts, tokens, 3, 5, 600, k, theirs_draft, theirs_len)
-    ours(np.array(looked, dtype=np.int64), counts, tokens, 3, 5, 600, k, ours_draft, ours_len)
+    ours(np.array(looked, dtype=np.int64), counts, tokens, 3, 4, 5, 600, k, ours_draft,
+         ours_len, bands)
     assert theirs_len.tolist() == ours_len.tolist() and theirs_len.any()
     for row in looked:
         assert ours_draft[row, :ours_len[row]].tolist() == (
             theirs_draft[row, :theirs_len[row]].tolist())
+    # band 1: vLLM finds the same draft with matches of 4-5 tokens only; band 0: it does not
+    long_draft, long_len = np.zeros((rows, k), np.int32), np.zeros(rows, np.int32)
+    ngram.batch_propose_numba(looked, counts, tokens, 4, 5, 600, k, long_draft, long_len)
+    for row in looked:
+        assert bands[row] == (1 if long_len[row] else 0), row
+    assert {int(bands[row]) for row in looked} == {0, 1}
 
 
 def test_masked_keys_fast_path_equals_the_masked_one():

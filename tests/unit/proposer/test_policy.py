@@ -58,6 +58,23 @@ def test_positions_fall_into_buckets_and_outcomes_count_per_bucket():
     assert sum(a for _, a, _ in total) == 10 and sum(t for _, _, t in total) == 10
 
 
+def test_a_candidate_counted_in_pieces_counts_as_counted_whole():
+    """A shadow followed over cycles: positions 1..a, then a+1..b, then the miss."""
+    for a in range(0, 12):
+        for b in range(a, 14):
+            for miss in (0, 1):
+                whole: dict[int, list[int]] = {}
+                for index, accepted, trials in bucket_counts(b, miss):
+                    whole[index] = [accepted, trials]
+                pieces: dict[int, list[int]] = {}
+                for index, accepted, trials in (bucket_counts(a, 0)
+                                                + bucket_counts(b, miss, start=a)):
+                    cell = pieces.setdefault(index, [0, 0])
+                    cell[0] += accepted
+                    cell[1] += trials
+                assert pieces == whole, (a, b, miss)
+
+
 def test_suffix_strength_has_bands_ngram_one():
     assert strength_band("suffix", 0.2) == 0
     assert strength_band("suffix", 0.6) == 1

@@ -212,3 +212,81 @@ def test_internal_error_drafts_nothing_and_is_logged_once():
     assert drafter.propose(bad, num_tokens[:1], token_ids) == [[], []]
     assert drafter.stats["errors"] == 2
     assert len(logged) == 1 and "adaptive proposer failed" in logged[0]
+
+
+def test_an_undrafted_candidate_is_followed_to_its_first_miss():
+    from vllm_specdec_plugin.proposer.acceptance import PRIOR_RATE
+    from vllm_specdec_plugin.proposer.rows import Candidate, RowState
+
+    drafter = make()
+    state = RowState(uid=0, prompt_len=10)
+    key = ("ngram", 0, False)
+    state.candidates = {"ngram": Candidate([1, 2, 3, 4, 5], 0, False)}
+    drafter._score(state, [1])
+    assert state.shadows["ngram"].matched == 1
+    state.candidates = {"ngram": Candidate([7], 0, False)}  # not followed: one at a time
+    drafter._score(state, [2, 3])  # two tokens (another source's draft was accepted)
+    assert state.shadows["ngram"].matched == 3
+    hits, trials = drafter.pooled._hits[key], drafter.pooled._trials[key]
+    assert (hits[:3], trials[:3]) == (pytest.approx([1, 1, 1], rel=0.01),
+                                      pytest.approx([1, 1, 1], rel=0.01))  # counted as they came
+    drafter._score(state, [9])  # position 4 missed
+    assert not state.shadows
+    assert (hits[:3], trials[:3]) == (pytest.approx([1, 1, 1], rel=0.01),
+                                      pytest.approx([1, 1, 2], rel=0.01))  # 1-3 hit; 4 missed
+    assert drafter.pooled.rates(key) != PRIOR_RATE
+    assert state.evidence.hits["ngram"] == 3  # the row's evidence: once, when it resolved
+
+
+def test_rows_that_never_draft_still_learn_every_draft_position(monkeypatch):
+    """At high batch only surely-accepted tokens pay; if positions 2+ kept their prior because
+    no row drafted them, no row would ever draft them."""
+    monkeypatch.setattr(proposer_module, "plan_draft_lengths",
+                        lambda values, *args: [0] * len(values))
+    sim = Simulated(monkeypatch, rows=16, copying=lambda row: True)
+    for _ in range(40):
+        sim.step()
+    assert sim.drafted == 0
+    rates = sim.drafter.pooled.rates(("ngram", 1, True))  # 4-5 token matches
+    assert min(rates[:4]) > 0.9, rates  # positions 1, 2, 3-4, 5-8 of copying rows
+
+
+def test_the_stats_file_ends_with_the_last_call(monkeypatch, tmp_path):
+    """Written every STATS_EVERY calls and at new requests, and once more after the engine has
+    gone idle: the run's last calls are in it."""
+    import json
+    import time
+
+    from vllm_specdec_plugin.core.settings import ENV_ADAPTIVE_STATS
+
+    path = tmp_path / "stats.json"
+    monkeypatch.setenv(ENV_ADAPTIVE_STATS, str(path))
+    monkeypatch.setattr(proposer_module, "STATS_IDLE_S", 0.05)
+    sim = Simulated(monkeypatch, rows=2, copying=lambda row: False)
+    calls = proposer_module.STATS_EVERY + 3
+    for _ in range(calls):
+        sim.step()
+    assert sim.drafter.stats["requests"] == 2  # no new request forced the last writes
+    deadline = time.monotonic() + 10
+    while json.loads(path.read_text())["calls"] != calls and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert json.loads(path.read_text())["calls"] == calls
+
+
+def test_no_draft_reaches_past_the_requests_last_token(monkeypatch):
+    """Given the runner's requests (engine/request_limits.py), a copying request near its
+    max_tokens drafts only what it can still emit: vLLM would verify the rest and drop it."""
+    sim = Simulated(monkeypatch, rows=4, copying=lambda row: True)
+    end = 200 + 96  # every simulated request: a 200-token prompt, then 96 tokens
+    limit = SimpleNamespace(num_prompt_tokens=200, sampling_params=SimpleNamespace(max_tokens=96))
+    sim.drafter.request_limits = ([f"r{row}" for row in range(4)],
+                                  {f"r{row}": limit for row in range(4)})
+    binding = 0
+    for _ in range(200):
+        counts = sim.num_tokens.copy()
+        drafts = sim.step()
+        for row, draft in enumerate(drafts):
+            assert len(draft) <= max(end - int(counts[row]) - 1, 0)
+            binding += bool(draft) and len(draft) == end - int(counts[row]) - 1
+    stats = sim.drafter.stats
+    assert stats["limited_requests"] == stats["requests"] > 4 and binding > 0
