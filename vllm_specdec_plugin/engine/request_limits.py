@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import logging
 from typing import Any
 
 from vllm_specdec_plugin.engine import patching as patches
@@ -39,17 +38,9 @@ PARAMETERS = ["self", "scheduler_output", "sampled_token_ids", "sampling_metadat
 
 def arm(announce: bool) -> None:
     """Apply the patch when vLLM imports the model runner's module (now if it has)."""
-    patches.when_imported(MODULE, functools.partial(_apply_guarded, announce))
-
-
-def _apply_guarded(announce: bool) -> None:
-    try:
-        _apply(announce)
-    except Exception as exc:  # inside vLLM's import of its runner: must not stop the engine
-        patches.restore(NAME)
-        patches.log(logging.WARNING if announce else logging.DEBUG,
-                    "vllm-specdec-plugin: %s not applied (%s: %s); the adaptive proposer may "
-                    "draft past a request's max_tokens", NAME, type(exc).__name__, exc)
+    patches.when_imported(MODULE, lambda: patches.apply_guarded(
+        NAME, lambda: _apply(announce), announce,
+        "the adaptive proposer may draft past a request's max_tokens"))
 
 
 def _apply(announce: bool) -> None:

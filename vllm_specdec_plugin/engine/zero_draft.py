@@ -93,14 +93,9 @@ def applied() -> list[str]:
 
 
 def _apply_guarded(name: str, apply: Callable[[bool], None], announce: bool) -> None:
-    try:
-        apply(announce)
-    except Exception as exc:  # a probe or a changed vLLM must not stop the engine
+    if not patches.apply_guarded(name, lambda: apply(announce), announce,
+                                 "zero-draft steps keep vLLM's speculative path"):
         _failed.add(name)
-        patches.restore(name)
-        patches.log(logging.WARNING if announce else logging.DEBUG,
-                     "vllm-specdec-plugin: %s not applied (%s: %s); zero-draft steps keep "
-                     "vLLM's speculative path", name, type(exc).__name__, exc)
 
 
 def _count(key: str) -> int:

@@ -89,7 +89,6 @@ class AdaptiveProposer:
         self._stats_file = None if stats_path is None else StatsFile(
             stats_path, self._stats_document, self._logger, STATS_EVERY, STATS_IDLE_S)
         self._trace = TraceWriter.open(os.environ.get(ENV_ADAPTIVE_TRACE) or None)
-        self._requests_written = 0.0
         self.cost_by_batch = CostByBatch()
         self.stats: dict[str, float] = {
             "calls": 0, "rows": 0, "overhead_s": 0.0, "requests": 0, "draft_tokens": 0,
@@ -112,10 +111,9 @@ class AdaptiveProposer:
         """One draft list per batch row; never raises."""
         if self._stats_file is None:
             return self._cycle(sampled_token_ids, num_tokens_no_spec, token_ids_cpu)
-        with self._stats_file.call():
+        with self._stats_file.lock:
             drafts = self._cycle(sampled_token_ids, num_tokens_no_spec, token_ids_cpu)
-            self._stats_file.called(force=self.stats["requests"] != self._requests_written)
-            self._requests_written = self.stats["requests"]
+            self._stats_file.called(self.stats)
         return drafts
 
     def _cycle(self, sampled_token_ids: list[list[int]], num_tokens_no_spec: np.ndarray,

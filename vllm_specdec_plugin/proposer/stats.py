@@ -6,8 +6,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from vllm_specdec_plugin.proposer.costs import bucket
@@ -69,12 +68,12 @@ def write_stats(path: str, stats: Mapping[str, float], state: Mapping[str, Any],
 
 
 class StatsFile:
-    """Keeps the statistics file current: written every `every` calls and when asked (a new
-    request), and once more when the engine has gone `idle_s` without a call, by a daemon
-    thread, so the file ends with the run's last cycle, not up to `every` calls before it.
+    """Keeps the statistics file current: written every `every` calls and when a new request
+    came, and once more when the engine has gone `idle_s` without a call, by a daemon thread,
+    so the file ends with the run's last cycle, not up to `every` calls before it.
 
-    The proposer runs each call inside `call()`, which holds the lock the idle writer takes:
-    the writer never reads the proposer's state while a call changes it.
+    The proposer runs each call holding `lock`, which the idle writer takes too: the writer
+    never reads the proposer's state while a call changes it.
     """
 
     def __init__(self, path: str, document: Callable[[], tuple[Mapping[str, float],
@@ -82,34 +81,30 @@ class StatsFile:
                  logger: Any, every: int, idle_s: float) -> None:
         self.path, self._document, self._logger = path, document, logger
         self._every, self._idle_s = every, idle_s
-        self._lock = threading.Lock()
-        self._calls = 0
+        self.lock = threading.Lock()
+        self._requests_written = 0.0
         self._dirty = False
         self._last_call = time.monotonic()
         threading.Thread(target=self._idle_writer, name="specdec-adaptive-stats",
                          daemon=True).start()
 
-    @contextmanager
-    def call(self) -> Iterator[None]:
-        with self._lock:
-            yield
-
-    def called(self, force: bool) -> None:
-        """End of a call (inside `call()`): write now if due, else mark the file stale."""
-        self._calls += 1
+    def called(self, stats: Mapping[str, float]) -> None:
+        """End of a call (holding `lock`), with the proposer's counters: write now if due, else
+        mark the file stale."""
         self._last_call = time.monotonic()
         self._dirty = True
-        if force or self._calls % self._every == 0:
+        if stats["requests"] != self._requests_written or stats["calls"] % self._every == 0:
             self._write()
 
     def _write(self) -> None:
         self._dirty = False
         stats, state = self._document()
+        self._requests_written = stats["requests"]
         write_stats(self.path, stats, state, self._logger)
 
     def _idle_writer(self) -> None:
         while True:
             time.sleep(self._idle_s)
-            with self._lock:
+            with self.lock:
                 if self._dirty and time.monotonic() - self._last_call >= self._idle_s:
                     self._write()
