@@ -22,6 +22,7 @@ were. Three layers:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -79,6 +80,11 @@ def bucket_counts(hits: int, misses: int, start: int = 0) -> list[tuple[int, int
     return out
 
 
+@functools.lru_cache(maxsize=8192)
+def _bucket_counts(hits: int, misses: int, start: int) -> tuple[tuple[int, int, int], ...]:
+    """`bucket_counts`, cached: the same few (hits, misses, start) come every cycle."""
+    return tuple(bucket_counts(hits, misses, start))
+
 Key = tuple[str, int, bool]  # (source, strength band, last candidate matched in full)
 
 
@@ -107,15 +113,19 @@ class PooledAcceptance:
     def observe(self, key: Key, hits: int, misses: int, start: int = 0) -> float:
         """Count one scored candidate (its positions after `start`); returns the accepted
         tokens the rates expected for them (the sum over those positions of the rate before
-        this observation)."""
-        rates = self.rates(key)
-        hit_counts = self._hits.setdefault(key, [0.0] * len(POSITION_STARTS))
-        trial_counts = self._trials.setdefault(key, [0.0] * len(POSITION_STARTS))
+        this observation). Called for every followed candidate every cycle, so it reads only
+        the buckets it touches."""
+        hit_counts = self._hits.get(key)
+        trial_counts = self._trials.get(key)
+        if hit_counts is None or trial_counts is None:
+            hit_counts = self._hits[key] = [0.0] * len(POSITION_STARTS)
+            trial_counts = self._trials[key] = [0.0] * len(POSITION_STARTS)
         expected = 0.0
-        for index, accepted, trials in bucket_counts(hits, misses, start):
-            expected += rates[index] * trials
-            hit_counts[index] = hit_counts[index] * POOLED_DECAY + accepted
-            trial_counts[index] = trial_counts[index] * POOLED_DECAY + trials
+        for index, accepted, trials in _bucket_counts(hits, misses, start):
+            h, t = hit_counts[index], trial_counts[index]
+            expected += (h + PRIOR_TRIALS * PRIOR_RATE[index]) / (t + PRIOR_TRIALS) * trials
+            hit_counts[index] = h * POOLED_DECAY + accepted
+            trial_counts[index] = t * POOLED_DECAY + trials
         self._rates.pop(key, None)
         return expected
 
@@ -162,11 +172,12 @@ class Calibration:
         return min(max(ratio, low), high)
 
 
-def token_values(rates: Sequence[float], row_factor: float, limit: int) -> list[float]:
-    """Expected tokens each drafted position adds (uncalibrated): position j adds the chance
-    that tokens 1..j are all accepted."""
+def token_values(rates: Sequence[float], row_factor: float, limit: int,
+                 scale: float = 1.0) -> list[float]:
+    """Expected tokens each drafted position adds: position j adds the chance that tokens 1..j
+    are all accepted, times `scale` (the source's `Calibration.factor`; 1: uncalibrated)."""
     values, value = [], 1.0
     for position in range(1, limit + 1):
         value *= min(MAX_RATE, rates[_BUCKET_OF[min(position, 64)]] * row_factor)
-        values.append(value)
+        values.append(scale * value)
     return values

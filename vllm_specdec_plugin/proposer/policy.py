@@ -18,6 +18,7 @@ argument.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from itertools import chain
 
 import numpy as np
 
@@ -59,24 +60,28 @@ def plan_draft_lengths(values: Sequence[Sequence[float]], rows: int,
     None: no measurement yet, draft nothing). Returns the per-row lengths of the best plan, or
     all zeros when no plan beats drafting nothing by `margin` (a share of its rate).
     """
-    lengths = [0] * len(values)
-    flat = [(value, row) for row, row_values in enumerate(values) for value in row_values
-            if value > 0.0]
-    if not flat:
-        return lengths
-    flat.sort(key=lambda item: -item[0])
-    gains = np.cumsum(np.fromiter((value for value, _ in flat), dtype=np.float64,
-                                  count=len(flat)))
-    drafted = np.arange(len(flat) + 1, dtype=np.float64)
-    times = seconds(drafted)
+    n = len(values)
+    if not any(values):
+        return [0] * n
+    sizes = np.fromiter(map(len, values), dtype=np.int64, count=n)
+    total = int(sizes.sum())
+    flat = np.fromiter(chain.from_iterable(values), dtype=np.float64, count=total)
+    owner = np.repeat(np.arange(n), sizes)
+    positive = flat > 0.0
+    if not positive.all():
+        flat, owner = flat[positive], owner[positive]
+        if not len(flat):
+            return [0] * n
+    # best first; a stable sort keeps ties in row order (a row's values never rise, so each
+    # row's chosen tokens are a prefix of its draft)
+    order = np.argsort(-flat, kind="stable")
+    gains = np.cumsum(flat[order])
+    times = seconds(np.arange(len(flat) + 1, dtype=np.float64))
     if times is None:
-        return lengths
-    tokens = rows + np.concatenate(([0.0], gains))
-    rates = tokens / times
+        return [0] * n
+    rates = (rows + np.concatenate(([0.0], gains))) / times
     best = int(np.argmax(rates[1:])) + 1
     if rates[best] <= (1.0 + margin) * rates[0]:
-        return lengths
-    for _, row in flat[:best]:
-        lengths[row] += 1
+        return [0] * n
+    lengths: list[int] = np.bincount(owner[order[:best]], minlength=n).tolist()
     return lengths
-

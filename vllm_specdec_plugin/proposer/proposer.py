@@ -41,7 +41,12 @@ import numpy as np
 
 from vllm_specdec_plugin.core.methods import ADAPTIVE_CLASS_PATH
 from vllm_specdec_plugin.core.settings import ENV_ADAPTIVE_STATS, ENV_ADAPTIVE_TRACE
-from vllm_specdec_plugin.proposer.acceptance import Calibration, PooledAcceptance, token_values
+from vllm_specdec_plugin.proposer.acceptance import (
+    SOURCES,
+    Calibration,
+    PooledAcceptance,
+    token_values,
+)
 from vllm_specdec_plugin.proposer.candidates import CandidateFinder
 from vllm_specdec_plugin.proposer.control import DraftController
 from vllm_specdec_plugin.proposer.costs import StepCostTable
@@ -180,6 +185,7 @@ class AdaptiveProposer:
         candidates = self._finder.find(looked, states, num_tokens, token_ids, self.control.cycle,
                                        dormant=self.control.dormant)
         self.stats["probed_rows"] += len(looked)
+        factors = {source: self.calibration.factor(source) for source in SOURCES}
         values: list[list[float]] = []
         chosen: list[tuple[int, str | None]] = []
         for i in looked:
@@ -189,13 +195,13 @@ class AdaptiveProposer:
             # a step emits up to drafted + 1 tokens: draft none past the request's last token
             room = max(min(self.max_model_len, state.end) - 1 - int(counts[i]), 0)
             for source, candidate in candidates[i].items():
-                limit = min(len(candidate.tokens), self.k, room)
-                raw = token_values(self.pooled.rates((source, candidate.band, candidate.full)),
-                                   state.evidence.factor(source), limit)
-                factor = self.calibration.factor(source)
-                calibrated = [factor * v for v in raw]
-                if sum(calibrated) > best_sum:
-                    best, best_values, best_sum = source, calibrated, sum(calibrated)
+                calibrated = token_values(
+                    self.pooled.rates((source, candidate.band, candidate.full)),
+                    state.evidence.factor(source), min(len(candidate.tokens), self.k, room),
+                    factors[source])
+                total = sum(calibrated)
+                if total > best_sum:
+                    best, best_values, best_sum = source, calibrated, total
             values.append(best_values)
             chosen.append((i, best))
         wants_baseline = self.cost.wants_baseline(rows)
@@ -213,10 +219,9 @@ class AdaptiveProposer:
             if picked is None or not length:
                 continue
             candidate = candidates[i][picked]
-            factor = self.calibration.factor(picked)
             candidate.drafted = length
             candidate.calibrated = sum(row_values[:length])
-            candidate.predicted = candidate.calibrated / factor
+            candidate.predicted = candidate.calibrated / factors[picked]
             drafts[i] = state.draft = candidate.tokens[:length]
             drafted += length
         self.control.requests = int(self.stats["requests"])

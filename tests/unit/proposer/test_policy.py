@@ -11,6 +11,8 @@ import random
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from vllm_specdec_plugin.proposer import control as control_module
 from vllm_specdec_plugin.proposer.acceptance import (
@@ -211,6 +213,44 @@ def test_switch_cost_and_margin_stop_a_marginal_draft():
     barely = linear(0.1, 0.0, 0.0)
     assert plan([[0.03]], 1, cost=barely, margin=0.0) == [1]
     assert plan([[0.03]], 1, cost=barely, margin=0.05) == [0]
+
+
+def reference_plan(values, rows, seconds, margin=0.0):
+    """The plan written out token by token (the first implementation, kept as the reference
+    for the vectorised one)."""
+    lengths = [0] * len(values)
+    flat = [(value, row) for row, row_values in enumerate(values) for value in row_values
+            if value > 0.0]
+    if not flat:
+        return lengths
+    flat.sort(key=lambda item: -item[0])
+    times = seconds(np.arange(len(flat) + 1, dtype=np.float64))
+    if times is None:
+        return lengths
+    tokens = rows + np.concatenate(([0.0], np.cumsum([value for value, _ in flat])))
+    rates = tokens / times
+    best = int(np.argmax(rates[1:])) + 1
+    if rates[best] <= (1.0 + margin) * rates[0]:
+        return lengths
+    for _, row in flat[:best]:
+        lengths[row] += 1
+    return lengths
+
+
+row_values = st.lists(st.floats(0.0, 1.0, allow_nan=False), max_size=16).map(
+    lambda values: sorted(values, reverse=True))
+
+
+@settings(max_examples=300, deadline=1000)
+@given(values=st.lists(row_values, max_size=40), fixed=st.floats(0.001, 0.5),
+       per_token=st.floats(0.0, 0.01), switch=st.floats(0.0, 0.05),
+       margin=st.floats(0.0, 0.3))
+def test_the_plan_equals_its_token_by_token_reference(values, fixed, per_token, switch,
+                                                      margin):
+    rows = max(len(values), 1)
+    seconds = linear(fixed, per_token, switch)(rows)
+    assert plan_draft_lengths(values, rows, seconds, margin) == reference_plan(
+        values, rows, seconds, margin)
 
 
 # -- the controller ---------------------------------------------------------------------------
