@@ -85,6 +85,7 @@ def _bucket_counts(hits: int, misses: int, start: int) -> tuple[tuple[int, int, 
     """`bucket_counts`, cached: the same few (hits, misses, start) come every cycle."""
     return tuple(bucket_counts(hits, misses, start))
 
+
 Key = tuple[str, int, bool]  # (source, strength band, last candidate matched in full)
 
 
