@@ -37,18 +37,20 @@ class Timers:
         self.calls = 0
         self.rows = 0
 
+    def add(self, label: str, seconds: float) -> None:
+        cell = self.parts.setdefault(label, [0.0, 0.0])
+        cell[0] += 1
+        cell[1] += seconds
+
     def wrap(self, owner: Any, name: str, label: str) -> None:
         inner: Callable[..., Any] = getattr(owner, name)
-        parts = self.parts
 
         def timed(*args: Any, **kwargs: Any) -> Any:
             start = time.perf_counter()
             try:
                 return inner(*args, **kwargs)
             finally:
-                cell = parts.setdefault(label, [0.0, 0.0])
-                cell[0] += 1
-                cell[1] += time.perf_counter() - start
+                self.add(label, time.perf_counter() - start)
 
         setattr(owner, name, timed)
 
@@ -86,9 +88,7 @@ def install(timers: Timers) -> None:
         mode = "cycle_dormant" if self.control.dormant else "cycle_awake"
         start = time.perf_counter()
         drafts = cycle(self, sampled, *args)
-        cell = timers.parts.setdefault(mode, [0.0, 0.0])
-        cell[0] += 1
-        cell[1] += time.perf_counter() - start
+        timers.add(mode, time.perf_counter() - start)
         timers.calls += 1
         timers.rows += len(sampled)
         return drafts

@@ -86,6 +86,12 @@ def _bucket_counts(hits: int, misses: int, start: int) -> tuple[tuple[int, int, 
     return tuple(bucket_counts(hits, misses, start))
 
 
+def _posterior(hits: float, trials: float, prior: float) -> float:
+    """A bucket's posterior mean acceptance: its decayed counts with `PRIOR_TRIALS`
+    pseudo-trials at the prior rate."""
+    return (hits + PRIOR_TRIALS * prior) / (trials + PRIOR_TRIALS)
+
+
 Key = tuple[str, int, bool]  # (source, strength band, last candidate matched in full)
 
 
@@ -106,7 +112,7 @@ class PooledAcceptance:
             if hits is None or trials is None:
                 cached = PRIOR_RATE
             else:
-                cached = tuple((h + PRIOR_TRIALS * p) / (t + PRIOR_TRIALS)
+                cached = tuple(_posterior(h, t, p)
                                for h, t, p in zip(hits, trials, PRIOR_RATE, strict=True))
             self._rates[key] = cached
         return cached
@@ -124,7 +130,7 @@ class PooledAcceptance:
         expected = 0.0
         for index, accepted, trials in _bucket_counts(hits, misses, start):
             h, t = hit_counts[index], trial_counts[index]
-            expected += (h + PRIOR_TRIALS * PRIOR_RATE[index]) / (t + PRIOR_TRIALS) * trials
+            expected += _posterior(h, t, PRIOR_RATE[index]) * trials
             hit_counts[index] = h * POOLED_DECAY + accepted
             trial_counts[index] = t * POOLED_DECAY + trials
         self._rates.pop(key, None)
