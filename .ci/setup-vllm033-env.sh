@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build .venv-vllm033: the real vLLM 0.33.0 wheel from PyPI (what GPU hosts run) whose Python
-# config layer runs here, without a GPU, so tests/test_vllm033.py can run the plugin's hook inside
-# vLLM 0.33's own EngineArgs.create_engine_config and VllmConfig.__post_init__.
+# config layer runs here, without a GPU, so tests/compat/test_vllm033.py can run the plugin's
+# hook inside vLLM 0.33's own EngineArgs.create_engine_config and VllmConfig.__post_init__.
 #
 # What is real: vllm==0.33.0 (the CUDA wheel, installed --no-deps), all of its Python code, its
 # pure-Python dependencies (requirements/vllm033.txt, pinned), arctic-inference 0.3.0 (suffix).

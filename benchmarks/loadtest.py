@@ -10,11 +10,13 @@ errors, timeouts, a stream that broke off or carried an error), and not_sent (le
 deadline passed). Per kind it counts the HTTP statuses and keeps the first refusal message, and it
 adds the server's token and speculative-decoding counters (/metrics) before and after the run.
 
-The mix: /v1/completions and /v1/chat/completions, streaming or not, max_tokens 8-48, n=1, with
-these kinds:
+The mix: /v1/completions and /v1/chat/completions, streaming or not, max_tokens 8-48, n=1 (but
+`n2`), with these kinds:
 
 - `greedy`: temperature 0 (deterministic: compare two servers' answers with `greedy_mismatches`);
 - `sampled`: temperature 0.8, top_p 0.9, a seed;  `top_k`: temperature 0.7, top_k 20, a seed;
+- `n2` (not in the default `KINDS`): two choices, temperature 0.8, a seed;  `logprobs` (not in
+  the default `KINDS` either): greedy, with the two most likely tokens' logprobs;
 - `min_p`: min_p 0.1;  `logit_bias`: a bias on two tokens — both refused by vLLM 0.32 with
   speculative decoding on ("The min_p and logit_bias sampling parameters are not yet supported
   with speculative decoding."): HTTP 400 without streaming; HTTP 200 with that error as the
@@ -123,6 +125,11 @@ def build_mix(model: str, count: int, max_model_len: int, seed: int = 0,
             body.update(temperature=0.8, top_p=0.9, seed=rng.randint(0, 2**31 - 1))
         elif kind == "top_k":
             body.update(temperature=0.7, top_k=20, seed=rng.randint(0, 2**31 - 1))
+        elif kind == "n2":
+            body.update(n=2, temperature=0.8, seed=rng.randint(0, 2**31 - 1))
+        elif kind == "logprobs":
+            body.update(temperature=0, **({"logprobs": True, "top_logprobs": 2} if chat
+                                          else {"logprobs": 2}))
         elif kind == "min_p":
             body.update(temperature=0.8, min_p=0.1)
         elif kind == "logit_bias":

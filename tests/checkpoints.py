@@ -46,6 +46,7 @@ __all__ = [
     "build_eagle_draft",
     "build_medusa_draft",
     "build_mtp_target",
+    "build_tiny_helium",
     "build_tiny_llama",
     "build_tokenizer",
 ]
@@ -407,6 +408,20 @@ def build_tiny_llama(out_dir: StrPath, seed: int = 0) -> Path:
     2048 positions, bfloat16 weights.
     """
     return _build_target(out_dir, seed, _llama_config)
+
+
+def build_tiny_helium(out_dir: StrPath, seed: int = 0) -> Path:
+    """Build the tiny Llama's weights as a ``HeliumForCausalLM`` (Kyutai's Llama-shaped model).
+
+    An architecture Transformers has and vLLM's model registry does not (vLLM 0.30-0.33), so
+    vLLM serves it only through its Transformers backend, on ``model_impl="auto"``.
+    """
+
+    def config(vocab_size: int, ids: dict[str, int]) -> dict[str, Any]:
+        return {**_llama_config(vocab_size, ids), "architectures": ["HeliumForCausalLM"],
+                "model_type": "helium"}
+
+    return _build_target(out_dir, seed, config)
 
 
 def build_mtp_target(out_dir: StrPath, seed: int = 1) -> Path:

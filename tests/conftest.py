@@ -20,6 +20,7 @@ TESTS = Path(__file__).parent
 sys.path.insert(0, str(TESTS))
 
 from checkpoints import NGRAM_PROMPTS, build_tiny_llama  # noqa: E402
+from ci_rule import in_ci, pytest_runtest_makereport, unavailable  # noqa: E402, F401
 
 from vllm_specdec_plugin.assembly import capabilities_for  # noqa: E402
 from vllm_specdec_plugin.core import settings  # noqa: E402
@@ -83,7 +84,7 @@ def registration_first() -> dict:
     # find_spec, not an import: `vllm._C` is the AVX-512 build, which kills the process with
     # SIGILL on an AVX2-only CPU (vLLM's CPU platform imports the matching `_C_AVX2` itself).
     if importlib.util.find_spec("vllm._C") is None:
-        pytest.skip("vLLM's compiled CPU ops are not installed")
+        unavailable("vLLM's compiled CPU ops (vllm._C) are not installed")
     return patch_probe("registration-first")
 
 
@@ -206,5 +207,5 @@ def sibling_venv_python(env_var: str, name: str) -> Path:
 
 def needs_venv(python: Path, setup_script: str) -> pytest.MarkDecorator:
     """Skip outside CI when that venv was not built; CI always builds it, so there it fails."""
-    return pytest.mark.skipif(not python.exists() and not os.environ.get("CI"),
+    return pytest.mark.skipif(not python.exists() and not in_ci(),
                               reason=f"no {python}: run {setup_script} (CI always does)")

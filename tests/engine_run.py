@@ -7,7 +7,8 @@ SPEC: {"llm": {...LLM kwargs...}, "prompts": [...], "max_tokens": N, "config_onl
 With "config_only", only `EngineArgs(**llm).create_engine_config()` runs: vLLM's own config
 resolution (where it refuses bad combinations), without loading weights.
 Output (last stdout line): {"speculative_config", "model_impl", "async_scheduling",
-"token_ids", "metrics"} or {"error_type", "error"} when the engine refused to start.
+"token_ids", "draft_tokens" (per request), "metrics"} or {"error_type", "error"} when the engine
+refused to start.
 """
 
 from __future__ import annotations
@@ -87,6 +88,9 @@ def main() -> None:
     print(json.dumps({
         **resolved(config),
         "token_ids": [list(o.outputs[0].token_ids) for o in outputs],
+        # vLLM's per-request counters (`per_request_spec_decode_metrics`), None where not kept
+        "draft_tokens": [getattr(getattr(o.outputs[0], "spec_decode_metrics", None),
+                                 "num_draft_tokens", None) for o in outputs],
         "metrics": counters(llm),
     }))
     llm.llm_engine.engine_core.shutdown()  # do not leave the engine-core process behind

@@ -5,6 +5,11 @@
                       worker: plugins load first)
   registration-first  the registration, then the plugin's fixes (a vLLM that binds the kernels
                       before plugins load); "shipped" says which bugs vLLM showed before them
+  proof-fails-plugin-first, proof-fails-registration-first
+                      the same orders with the expand fix's proof forced to fail (the call-site
+                      check reports the bug after the registration): "kernel_state" says, part by
+                      part, whether the fix's patch, its proof wrapper and the dispatcher's
+                      expand_kernel entry are what vLLM alone would hold afterwards
 Each result says, through the functions vLLM's rejection sampler itself calls, whether the
 expand and top-k bugs show, and which fixes the plugin reports, with its log lines.
 """
@@ -53,6 +58,9 @@ def main() -> None:
     def register_kernels() -> None:  # what vLLM's worker does in init_worker
         current_platform.register_triton_kernel_overrides()
 
+    if case.startswith("proof-fails-"):
+        proof_fails(case.removeprefix("proof-fails-"), register_kernels, lines)
+        return
     shipped = None
     if case == "plugin-first":
         fixes.apply_fixes()
@@ -65,6 +73,68 @@ def main() -> None:
     print("PROBE " + json.dumps({"shipped": shipped, "after": bugs(),
                                  "applied": fixes.applied_fixes(), "applied_again": again,
                                  "log": lines.lines}))
+
+
+def kernel_state() -> dict:
+    """What the expand fix may change: its patched attribute, the proof wrapper's target, the
+    dispatcher's registry entry and the kernel objects the sampler launches."""
+    from vllm.platforms.cpu import CpuPlatform
+    from vllm.triton_utils import dispatcher
+    from vllm.utils import cpu_triton_utils
+    from vllm.v1.sample import rejection_sampler
+
+    from vllm_specdec_plugin.engine.fixes import EXPAND_KERNEL
+
+    return {"impl": cpu_triton_utils._expand_kernel_impl,
+            "register_overrides": vars(CpuPlatform)["register_triton_kernel_overrides"],
+            "registry_entry": dispatcher._registry.get(EXPAND_KERNEL),
+            "kernel": rejection_sampler.expand_kernel,
+            "launcher_kernel": rejection_sampler._expand.kernel}
+
+
+def proof_fails(order: str, register_kernels, lines: Lines) -> None:
+    from vllm.triton_utils import dispatcher
+    from vllm.triton_utils.dispatcher import KernelOverride
+
+    from vllm_specdec_plugin.engine import fixes, patching
+
+    real_check = fixes.expand_is_broken_where_vllm_calls_it
+    real_register = dispatcher.register_kernels
+    registrations = []
+
+    def register(overrides):  # counts who registers expand_kernel: the platform, the plugin
+        registrations.extend(name for name in overrides if name == fixes.EXPAND_KERNEL)
+        real_register(overrides)
+
+    dispatcher.register_kernels = register
+
+    def reports_broken() -> bool:
+        real_check()  # raises, as vLLM's does, before the platform registered its kernels
+        return True
+
+    fixes.expand_is_broken_where_vllm_calls_it = reports_broken
+    before = kernel_state()
+    if order == "plugin-first":
+        fixes.apply_fixes()
+        register_kernels()
+    else:
+        register_kernels()
+        before = kernel_state()
+        fixes.apply_fixes()
+    after = kernel_state()
+    expected = dict(before)
+    if order == "plugin-first":  # what the platform's registration does without the plugin
+        expected["registry_entry"] = (before["kernel"], before["impl"])
+        kernel = after["kernel"]
+        wraps_vllm = isinstance(kernel, KernelOverride) and kernel.func is before["impl"]
+        expected["kernel"] = expected["launcher_kernel"] = (
+            kernel if wraps_vllm else "a wrapper of vLLM's implementation")
+    print("PROBE " + json.dumps({
+        "kernel_state": {part: after[part] == expected[part] for part in after},
+        "applied": [name for name in (fixes.EXPAND_FIX, fixes.EXPAND_PROOF)
+                    if patching.applied(name)],
+        "expand_registrations": len(registrations), "call_site_broken": expand_broken(),
+        "log": lines.lines}))
 
 
 def bugs() -> list[str]:

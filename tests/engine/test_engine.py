@@ -26,7 +26,7 @@ def test_opt_in_runs_kaito_ngram_with_identical_tokens(tiny_llama, prompts, base
     assert {k: spec[k] for k in KAITO_NGRAM} == KAITO_NGRAM
     # vLLM 0.32 has the per-batch-size schedule: the plugin's load-aware default rides on it.
     assert spec["num_speculative_tokens_per_batch_size"] == [[1, 4, 5], [5, 8, 2], [9, 65536, 0]]
-    assert result["model_impl"] == "vllm" and result["async_scheduling"] is False
+    assert result["model_impl"] == "auto" and result["async_scheduling"] is False
     assert result["token_ids"] == baseline["token_ids"]
     assert result["metrics"]["vllm:spec_decode_num_drafts"] > 0
     assert result["metrics"]["vllm:spec_decode_num_accepted_tokens"] > 0

@@ -3,8 +3,8 @@
 KAITO (issue #2286, PRs #2303/#2312) writes the config into the container command it runs through
 `/bin/sh -c`, shell-single-quoted, compact JSON with sorted keys. A pod that runs the plugin and
 is opted in then sees that config as the engine's own: the plugin keeps it exactly as KAITO
-wrote it and applies only its engine-side rules (the vllm model implementation, async scheduling
-off where the method cannot run with it, platform caps).
+wrote it and applies only its engine-side rules (the vllm model implementation where the method
+needs it, async scheduling off where the method cannot run with it, platform caps).
 """
 
 from __future__ import annotations
@@ -34,14 +34,14 @@ def kaito_command(program: list[str], model: str, config: str, *flags: str) -> s
 
 
 # Async scheduling: vLLM 0.32 runs mtp with it (left to vLLM), ngram without it (turned off).
-@pytest.mark.parametrize(("config", "async_scheduling"), [(KAITO_TUNED, None),
-                                                          (KAITO_FALLBACK, False)])
+# model_impl: mtp drafts with vLLM's own layers of the target ("vllm", said); ngram leaves "auto".
+@pytest.mark.parametrize(("config", "async_scheduling", "model_impl"), [
+    (KAITO_TUNED, None, "vllm"), (KAITO_FALLBACK, False, "auto")])
 def test_launcher_keeps_kaitos_injected_config_and_applies_engine_rules(config, async_scheduling,
-                                                                        tmp_path):
+                                                                        model_impl, tmp_path):
     launcher = [sys.executable, "-m", "vllm_specdec_plugin.launcher", "--dry-run",
                 "--platform", "cpu", "--model"]
-    command = kaito_command(launcher, "Qwen/Qwen3.5-4B", config, "--", "--model-impl",
-                            "transformers")
+    command = kaito_command(launcher, "Qwen/Qwen3.5-4B", config, "--")
     done = subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True,
                           env=clean_env(OPT_IN, tmp_path), timeout=300, check=False)
     assert done.returncode == 0, done.stderr
@@ -49,8 +49,9 @@ def test_launcher_keeps_kaitos_injected_config_and_applies_engine_rules(config, 
     decision = plan["decision"]
     assert decision["speculative_config"] == json.loads(config)  # exactly KAITO's
     assert decision["source"] == "user-config (engine arguments)"
-    assert decision["model_impl"] == "vllm"  # the engine-side rule, with its warning
-    assert any("model_impl 'transformers' -> 'vllm'" in w for w in decision["warnings"])
+    assert decision["model_impl"] == model_impl  # the engine-side rule, said when it changes
+    said = [w for w in decision["warnings"] if w.startswith("model_impl 'auto' -> 'vllm'")]
+    assert len(said) == (model_impl == "vllm")
     assert decision["async_scheduling"] is async_scheduling
     assert f"--speculative-config={config}" in plan["argv"]  # passed on as KAITO wrote it
 

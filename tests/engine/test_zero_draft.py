@@ -1,4 +1,4 @@
-"""Zero-draft steps as cheap as no speculation (vllm_specdec_plugin/zero_draft.py).
+"""Zero-draft steps as cheap as no speculation (vllm_specdec_plugin/engine/zero_draft.py).
 
 Three layers: the probes and the guard on their own (in this process, nothing patched for good);
 the patches against the installed vLLM's code in fresh processes (tests/zero_draft_probe.py:
@@ -157,6 +157,10 @@ def contract(python: Path, *args: str, env_extra: dict[str, str] | None = None
 
 
 def assert_contract(result: dict[str, Any]) -> None:
+    # every SamplingMetadata field and RejectionSampler setting of this release is known (an
+    # unknown one would keep the rejection path, and the sampler probe below would fail)
+    assert result["unknown_to_the_guard"] == {"sampling_fields": [],
+                                              "rejection_sampler_settings": []}
     names = list(zero_draft.NAMES)
     assert result["armed_before_import"] == names
     assert result["armed"] == result["applied"] == names
@@ -233,7 +237,8 @@ def seeded(i: int) -> dict[str, Any]:
 
 # Batch 1: greedy and seeded requests, nothing the guard refuses: the shortcut samples it.
 # Batch 2: the same requests, two of them asking for logprobs: the guard keeps the rejection path
-# for the whole batch (while those two run).
+# for the whole batch (while those two run). Rows i and 4 + i send the same prompt (greedy, then
+# seeded), so a seeded row is compared with the greedy run of its own prompt.
 BATCHES = [
     [GREEDY] * 4 + [seeded(i) for i in range(4)],
     [{**GREEDY, "logprobs": 2}, GREEDY, GREEDY, GREEDY,
@@ -247,7 +252,7 @@ def engines(tiny_llama, prompts, tmp_path_factory):
     engines: opted in (the plugin keeps the user's config and applies the shortcuts) and not
     (vLLM's own zero-draft path)."""
     tmp = tmp_path_factory.mktemp("zero-draft")
-    eight = prompts + [p + " again" for p in prompts]
+    eight = prompts[:4] * 2
     llm = {"model": str(tiny_llama), "seed": 0, "speculative_config": NGRAM_K0}
     return {name: engine_run(llm, clean_env(env, tmp=tmp), BATCHES, eight)
             for name, env in (("shortcuts", OPT_IN), ("vllm", {}))}
@@ -260,7 +265,12 @@ def test_engine_tokens_identical_with_and_without_the_shortcuts(engines):
         assert [r["token_ids"] for r in batch_ours] == [r["token_ids"] for r in batch_theirs]
     assert [r["logprobs"] for r in ours[1]] == [r["logprobs"] for r in theirs[1]]
     assert ours[1][0]["logprobs"] and ours[1][1]["logprobs"] is None
-    assert ours[0][:4] != ours[0][4:]  # the seeded half sampled (not greedy by accident)
+    greedy, sampled = ([r["token_ids"] for r in rows] for rows in (ours[0][:4], ours[0][4:]))
+    # each seeded row sampled: its tokens differ from the greedy run of the same prompt ...
+    assert all(s != g for s, g in zip(sampled, greedy, strict=True)), (sampled, greedy)
+    # ... and the same seed on the same prompt gives the same tokens again: batch 2, which the
+    # guard kept on the rejection path (logprobs), samples what the shortcut sampled in batch 1
+    assert [r["token_ids"] for r in ours[1][4:]] == sampled
 
 
 @pytest.mark.engine
@@ -274,10 +284,29 @@ def test_engine_shortcuts_reached_vllm_and_the_guard_kept_logprobs(engines):
              "zero-draft-plain-sampler: a step without draft tokens was sampled by the plain "
              "sampler",
              "zero-draft-plain-sampler: a step without draft tokens kept the rejection sampler "
-             "(logprobs requested)",
+             "(for logprobs)",
              "zero-draft-ngram-return: a step where no row may draft returned at once (k=0)"]
     for line in steps:
         assert line in log, log[-4000:]
     assert log.index(steps[1]) < log.index(steps[2])  # batch 1 shortcut, batch 2 guarded
     assert "did not reach" not in log and "not applied" not in log
     assert "zero-draft" not in engines["vllm"]["log"]  # not opted in: vLLM's own path
+
+
+@pytest.mark.engine
+def test_paired_benchmark_switches_the_shortcuts_in_one_engine(tiny_llama, tmp_path):
+    """benchmarks/zero_draft_paired.py (a smoke run: shape, not timings): its "off" blocks ran
+    vLLM's own path (the plain sampler never ran there), its "on" blocks the shortcut, with the
+    same greedy tokens."""
+    out = tmp_path / "paired.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.zero_draft_paired", "--model", str(tiny_llama),
+         "--batches", "2", "--pairs", "1", "--steps", "4", "--out", str(out)],
+        cwd=REPO, env=clean_env(tmp=tmp_path), capture_output=True, text=True,
+        timeout=ENGINE_TIMEOUT_S, check=False)
+    assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
+    cell = json.loads(out.read_text())["by_batch"]["2"]
+    assert cell["plain_sampler_steps"]["on"] >= 4 and cell["plain_sampler_steps"]["off"] == 0
+    assert cell["tokens_identical"] is True
+    assert len(cell["ratios"]) == 1 and cell["interval"] is not None
+

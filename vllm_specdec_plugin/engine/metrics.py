@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from vllm_specdec_plugin.core.redact import redact_uri
 from vllm_specdec_plugin.core.types import DECISION_METRIC, METHOD_NONE, Decision
 
 LABELS = ("model_name", "method", "source", "num_speculative_tokens", "preset", "platform",
@@ -29,9 +30,11 @@ def decision_labels(decision: Decision | None, method: str | None, num_tokens: i
     """The gauge's labels: what the engine runs (vLLM's resolved config) and why (the decision).
 
     `decision` is None when the plugin failed and serves without speculation; `method` is None
-    when vLLM runs without a speculative config.
+    when vLLM runs without a speculative config. Credentials in a URI (the model, which vLLM
+    serves under its own name unless `--served-model-name` says otherwise, and the preset, the
+    model's name where no preset matched) are redacted.
     """
-    return {
+    labels = {
         "model_name": model_name,
         "method": method or METHOD_NONE,
         "source": decision.source if decision is not None else SOURCE_SERVED_WITHOUT,
@@ -40,6 +43,7 @@ def decision_labels(decision: Decision | None, method: str | None, num_tokens: i
         "platform": (decision.platform if decision is not None else None) or "",
         "schedule": "on" if method and schedule else "off",
     }
+    return {name: redact_uri(value) for name, value in labels.items()}
 
 
 def resolved_speculation(vllm_config: Any) -> tuple[str | None, int | None, bool]:

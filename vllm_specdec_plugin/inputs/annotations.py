@@ -6,6 +6,9 @@ what the value means.
 
 from __future__ import annotations
 
+import errno
+import logging
+import os
 from collections.abc import Mapping
 
 from vllm_specdec_plugin.core.errors import SpecDecodeConfigError, quote_value
@@ -20,6 +23,9 @@ from vllm_specdec_plugin.core.types import Annotation
 from vllm_specdec_plugin.inputs.files import read_input_file
 
 DEFAULT_ANNOTATIONS_FILE = "/etc/podinfo/annotations"
+# The plugin's logger (`engine/patching.py`), named here without importing vLLM.
+_logger = logging.getLogger("vllm.specdec_plugin")
+_said_oversized: set[tuple[str, str]] = set()
 
 _GO_SIMPLE_ESCAPES = {
     "a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v",
@@ -125,8 +131,10 @@ def parse_annotations(text: str, source: str, keys: tuple[str, ...]) -> dict[str
 def read_annotations_file(environ: Mapping[str, str]) -> tuple[dict[str, str], str]:
     """The plugin's annotations from the downward-API file, and the file's path.
 
-    A missing or unreadable default file means "no annotations". A file named explicitly
-    through `KAITO_ANNOTATIONS_FILE` that cannot be read is an error: someone meant it.
+    A missing or unreadable default file means "no annotations", except one larger than
+    `MAX_ANNOTATIONS_BYTES`: that raises OSError `EFBIG` (`read_annotation` says so). A file
+    named explicitly through `KAITO_ANNOTATIONS_FILE` that cannot be read is an error: someone
+    meant it.
     """
     text, path = read_input_file(environ, ENV_ANNOTATIONS_FILE, DEFAULT_ANNOTATIONS_FILE,
                                  MAX_ANNOTATIONS_BYTES, "the downward-API annotations file",
@@ -145,8 +153,32 @@ def read_annotation(environ: Mapping[str, str], key: str, env_name: str) -> Anno
     """
     if environ.get(env_name):
         return Annotation(environ[env_name], f"env {env_name}")
-    annotations, path = read_annotations_file(environ)
+    try:
+        annotations, path = read_annotations_file(environ)
+    except OSError as exc:  # the default file, larger than the bound: read as unset
+        if exc.errno != errno.EFBIG:
+            raise
+        _say_oversized(str(exc.filename), key, env_name)
+        return Annotation(None, f"annotations file {exc.filename} (too large, not read)")
     return Annotation(annotations.get(key), f"annotations file {path}")
+
+
+def _say_oversized(path: str, key: str, env_name: str) -> None:
+    """One WARNING per file and key in a process: an oversized file is a broken input (the
+    kubelet writes at most what Kubernetes allows), not a pod that did not opt in."""
+    if (path, key) in _said_oversized:
+        return
+    _said_oversized.add((path, key))
+    try:
+        size = f"{os.stat(path).st_size} bytes"
+    except OSError:
+        size = "size unknown"
+    consequence = ("speculative decoding stays off" if key == ANNOTATION_KEY
+                   else f"annotation {key} reads as unset")
+    _logger.warning(
+        "vllm-specdec-plugin: the downward-API annotations file %s (%s) is not read: %s; the "
+        "file is larger than %d bytes. Set %s to give the annotation's value instead",
+        path, size, consequence, MAX_ANNOTATIONS_BYTES, env_name)
 
 
 def read_opt_in(environ: Mapping[str, str]) -> Annotation:

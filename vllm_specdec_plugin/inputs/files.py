@@ -8,6 +8,7 @@ downstream (`json.dumps`, `dataclasses.asdict`, an error message) can blow it up
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -39,10 +40,11 @@ def read_input_file(environ: Mapping[str, str], env_name: str, default: str, lim
                     strict_utf8: bool = True) -> tuple[str | None, str]:
     """Text of the file named by `env_name` (else `default`), and its path.
 
-    None when the default file is absent (or unreadable, if allowed); a file named explicitly
-    must exist and be readable. The text is strict UTF-8 (else refused with the byte's
-    offset); with `strict_utf8=False` undecodable bytes come back as lone surrogates
-    (`surrogateescape`) for the caller to refuse where they matter.
+    None when the default file is absent (or unreadable, if allowed; one over `limit` raises
+    OSError `EFBIG` for the caller to say so); a file named explicitly must exist and be
+    readable. The text is strict UTF-8 (else refused with the byte's offset); with
+    `strict_utf8=False` undecodable bytes come back as lone surrogates (`surrogateescape`) for
+    the caller to refuse where they matter.
     """
     explicit = environ.get(env_name)
     path = explicit or default
@@ -56,6 +58,8 @@ def read_input_file(environ: Mapping[str, str], env_name: str, default: str, lim
         return None, path
     except (OSError, ValueError) as exc:
         if unreadable_default_ok and not explicit:
+            if isinstance(exc, OSError) and exc.errno == errno.EFBIG:
+                raise
             return None, path
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise SpecDecodeConfigError(
@@ -74,7 +78,7 @@ def read_bounded(path: Path, limit: int) -> bytes:
     with path.open("rb") as handle:
         data = handle.read(limit + 1)
     if len(data) > limit:
-        raise OSError(27, f"larger than {limit} bytes", str(path))
+        raise OSError(errno.EFBIG, f"larger than {limit} bytes", str(path))
     return data
 
 

@@ -182,6 +182,25 @@ def _decoder_classes(model_cls: type) -> list[type]:
     return found
 
 
+def vllm_serves_architecture(architectures: Iterable[str]) -> bool | None:
+    """Whether the installed vLLM's model registry lists one of `architectures` (a checkpoint's
+    config.json), so `model_impl` "vllm" serves the target; None where that cannot be read.
+
+    vLLM 0.32 `ModelRegistry.resolve_model_cls` (model_executor/models/registry.py) falls back to
+    its Transformers backend only when no architecture is in the registry and `model_impl` is
+    "auto"; with "vllm" such a target does not start ("are not supported for now").
+    """
+    names = tuple(architectures)
+    if not names:
+        return None
+    try:
+        from vllm.model_executor.models.registry import ModelRegistry
+    except Exception:  # noqa: BLE001 - no vLLM here (explain on another machine): not known
+        return None
+    registered = ModelRegistry.get_supported_archs()
+    return any(name in registered for name in names)
+
+
 def installed_vllm_has_engine_arg(name: str) -> bool:
     """Whether the installed vLLM's `EngineArgs` has the field `name` (a `vllm serve` flag)."""
     try:

@@ -16,6 +16,7 @@ from dataclasses import asdict
 from vllm_specdec_plugin import __version__
 from vllm_specdec_plugin.cli.flags import add_target_flags, split_passthrough
 from vllm_specdec_plugin.core.errors import EXIT_INVALID, SpecDecodeConfigError, quote_value
+from vllm_specdec_plugin.core.redact import redact_strings, redact_uri
 from vllm_specdec_plugin.launcher.plan import LaunchPlan, apply_env, build_plan
 from vllm_specdec_plugin.launcher.redact import redact_argv, redact_env
 
@@ -48,10 +49,12 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         return EXIT_INVALID
     errors = plan.decision.get("errors") or []
     if args.dry_run:
-        shown = {**asdict(plan), "env": redact_env(plan.env), "argv": redact_argv(plan.argv)}
+        # the model (argv, the decision's preset, notes) may be a URI with credentials
+        shown = redact_strings({**asdict(plan), "env": redact_env(plan.env),
+                                "argv": redact_argv(plan.argv)})
         print(json.dumps(shown, indent=2))
     for error in errors:
-        print(f"vllm-specdec-launch: {error}", file=sys.stderr)
+        print(f"vllm-specdec-launch: {redact_uri(error)}", file=sys.stderr)
     if errors:
         return EXIT_INVALID
     if args.dry_run:
@@ -62,7 +65,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
 def _exec(plan: LaunchPlan, environ: Mapping[str, str]) -> int:
     env = apply_env(environ, plan.env)
     for note in plan.notes:
-        print(f"vllm-specdec-launch: {note}", file=sys.stderr)
+        print(f"vllm-specdec-launch: {redact_uri(note)}", file=sys.stderr)
     # vLLM's CLI in this very interpreter: the environment the plugin is installed in.
     argv = [sys.executable, "-m", "vllm_specdec_plugin.vllm_entry", *plan.argv[1:]]
     sys.stdout.flush()

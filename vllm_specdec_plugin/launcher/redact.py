@@ -4,6 +4,7 @@ Flags are redacted by the destination vLLM's own `vllm serve` parser feeds them 
 their spelling: `--hf-token`, `--hf_token`, `--hf-tok` (an abbreviation argparse expands),
 `--hf-token=T`, and every value of `--api-key K1 K2` all reach a destination listed in
 `SECRET_DESTINATIONS`, and whatever reaches one is redacted wherever it appears in the argv.
+Credentials inside URIs (the model's, an endpoint's) are `core.redact`'s, for every output.
 """
 
 from __future__ import annotations
@@ -15,14 +16,12 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-REDACTED = "<redacted>"
+from vllm_specdec_plugin.core.redact import REDACTED, redact_uri
+
 SECRET_DESTINATIONS = ("hf_token", "api_key")
 """The `vllm serve` destinations (argparse `dest`) whose values are secrets: the one list."""
 _SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|CREDENTIAL|PRIVATE)",
                           re.IGNORECASE)
-# scheme://userinfo@host: the userinfo runs to the last '@' of the authority (a password may
-# hold '@'), which ends at the first '/', '?', '#' or whitespace.
-_URL_USERINFO = re.compile(r"(?<=://)[^/?#\s]*@")
 _EMBEDDED_MIN_CHARS = 6
 """A secret this long is also redacted inside other values (a URL's query, a JSON flag)."""
 
@@ -31,14 +30,9 @@ def is_secret_name(name: str) -> bool:
     return bool(_SECRET_NAME.search(name))
 
 
-def redact_value(text: str) -> str:
-    """Strip credentials embedded in URLs (scheme://user:token@host)."""
-    return _URL_USERINFO.sub(REDACTED + "@", text)
-
-
 def redact_env(env: Mapping[str, str | None]) -> dict[str, str | None]:
     return {key: (REDACTED if value is not None and is_secret_name(key) else
-                  None if value is None else redact_value(value))
+                  None if value is None else redact_uri(value))
             for key, value in env.items()}
 
 
@@ -46,7 +40,7 @@ def redact_argv(argv: Sequence[str],
                 parser_factory: Callable[[], argparse.ArgumentParser] | None = None) -> list[str]:
     """A `vllm serve MODEL FLAGS...` command line (or just its flags) with every secret
     replaced by `REDACTED`: the values vLLM's parser feeds into `SECRET_DESTINATIONS`, and
-    credentials in URLs."""
+    credentials in URIs (the model's too)."""
     argv = list(argv)
     head = 2 if argv[:2] == ["vllm", "serve"] else 0
     secrets = _secret_values(argv[head:], parser_factory)
@@ -65,7 +59,7 @@ def _redact_item(item: str, secrets: set[str]) -> str:
     for secret in sorted(secrets, key=len, reverse=True):
         if len(secret) >= _EMBEDDED_MIN_CHARS and secret in item:
             item = item.replace(secret, REDACTED)
-    return redact_value(item)
+    return redact_uri(item)
 
 
 def _secret_values(args: Sequence[str],

@@ -22,7 +22,11 @@ from typing import Any
 from vllm_specdec_plugin.core.errors import SpecDecodeConfigError, quote_value
 from vllm_specdec_plugin.core.limits import MAX_TOOL_OUTPUT_BYTES, decode_text
 from vllm_specdec_plugin.core.types import EngineRequest, PlatformCapabilities
-from vllm_specdec_plugin.inputs.vllm_caps import pipeline_refusals, static_schedule_reasons
+from vllm_specdec_plugin.inputs.vllm_caps import (
+    pipeline_refusals,
+    static_schedule_reasons,
+    vllm_serves_architecture,
+)
 
 _TOOL_TIMEOUT_S = 10
 
@@ -81,7 +85,8 @@ class Platform:
                      environ: Mapping[str, str],
                      device_name: str | None) -> PlatformCapabilities:
         """The complete capabilities for one engine start: vLLM's, this platform's changes,
-        what the schedule and pipeline parallelism allow per method, and the refusals."""
+        what the schedule and pipeline parallelism allow per method, whether vLLM's own
+        implementation serves the target, and the refusals."""
         caps = self.adjust(replace(installed, platform=self.name or installed.platform), args)
         static = (static_schedule_reasons(caps.methods, caps.v2_methods,
                                           graphs=self.cuda_graphs)
@@ -89,8 +94,10 @@ class Platform:
         refused_with_pp = (pipeline_refusals(engine.checkpoint.architectures, caps.v2_methods)
                            if engine.pipeline_parallel_size > 1 and engine.checkpoint is not None
                            else {})
+        served = (vllm_serves_architecture(engine.checkpoint.architectures)
+                  if engine.checkpoint is not None else None)
         return replace(caps, static_schedule=static, pipeline_refusals=refused_with_pp,
-                       device_name=device_name,
+                       device_name=device_name, vllm_serves_target=served,
                        refusals=self.refusals(engine, environ, device_name))
 
 

@@ -32,6 +32,8 @@ RBLN_METHODS = methods_where("on_rbln")
 # (rbln_rejection_sampler.py: max_spec_len = 32); the upstream sampler takes 128.
 RBLN_MAX_SPECULATIVE_TOKENS = 32
 RBLN_MAX_SPECULATIVE_TOKENS_UPSTREAM_SAMPLER = 128
+RBLN_MODEL_PATH_REASON = ("speculative decoding runs on the vLLM model implementation only "
+                          "(RBLN's optimum path refuses it)")
 # ATOM devices run the optimum path only.
 ATOM_PREFIX = "RBLN-CA"
 LEGACY_MODEL_ENV = "VLLM_RBLN_USE_VLLM_MODEL"
@@ -125,11 +127,13 @@ class RblnPlatform(Platform):
         return detect_rbln(root, environ, path_env)
 
     def adjust(self, caps: PlatformCapabilities, args: Any) -> PlatformCapabilities:
-        """vllm-rbln's proposers only, synchronous scheduling, and its sampler's token cap."""
+        """vllm-rbln's proposers only, synchronous scheduling, its sampler's token cap, and the
+        vLLM model path (on `auto` vllm-rbln may pick optimum, which refuses speculation)."""
         return replace(caps, methods=caps.methods & RBLN_METHODS, async_methods=frozenset(),
                        max_num_speculative_tokens=(
                            RBLN_MAX_SPECULATIVE_TOKENS_UPSTREAM_SAMPLER
-                           if upstream_sampler(args) else RBLN_MAX_SPECULATIVE_TOKENS))
+                           if upstream_sampler(args) else RBLN_MAX_SPECULATIVE_TOKENS),
+                       vllm_model_impl_only=RBLN_MODEL_PATH_REASON)
 
     def refusals(self, engine: EngineRequest, environ: Mapping[str, str],
                  device_name: str | None) -> tuple[str, ...]:

@@ -16,12 +16,19 @@ asked only
 
 Each row's tree is brought up to date lazily: its new tokens are added from the token array when
 the row is next asked, not every cycle (a request the proposer never asks again leaves its last
-tokens out of the cross-request tree). A request's own tree holds its whole prompt: building and
-freeing it costs ~0.8 µs per prompt token (~830 µs for a 1,000-token prompt, ~35 µs per row per
-step over a 24-token answer, the largest share of the proposer's cost on long prompts). Keeping
-only the prompt's last 256 tokens would cut it by three quarters, but the tree then misses
-copies from earlier in the prompt where the n-gram matcher found nothing long; that trade needs
-a paired run, not made yet.
+tokens out of the cross-request tree). A request's own tree holds the last
+`SUFFIX_PROMPT_TOKENS` tokens of its prompt: building and freeing it costs ~0.8 µs per prompt
+token (~830 µs for a 1,000-token prompt, ~35 µs per row per step over a 24-token answer, the
+largest share of the proposer's cost on long prompts), so the bound caps that cost on the
+worker's critical path (~1.6 ms a request) and changes nothing for shorter prompts. Keeping
+only the last 256 tokens would cut the cost for a 1,000-token prompt by three quarters, but the
+tree then misses copies from earlier in the prompt where the n-gram matcher found nothing long;
+that trade needs a paired run, not made yet.
+
+The cross-request tree (finished and running requests' responses) is bounded twice: by
+`VLLM_SPECDEC_ADAPTIVE_SUFFIX_CACHE` requests (arctic_inference evicts the oldest) and by
+`SUFFIX_MAX_CACHED_TOKENS` tokens in all (evicted here, oldest request first), so long answers
+cannot grow a worker's memory (~260-300 bytes a cached token) without end.
 """
 
 from __future__ import annotations
@@ -39,6 +46,15 @@ from vllm_specdec_plugin.proposer.rows import Candidate, RowState
 
 SUFFIX_TREE_DEPTH = 24
 SUFFIX_MAX_CACHED_REQUESTS = 10000
+SUFFIX_PROMPT_TOKENS = 2048
+"""A request's own suffix tree gets at most this many prompt tokens, the prompt's last: its
+build and free (~0.8 µs a token, on the worker's critical path, once per request) stay under
+~1.6 ms a request; prompts up to this long are given whole, as before the bound."""
+SUFFIX_MAX_CACHED_TOKENS = 1_000_000
+"""The cross-request tree holds at most this many response tokens in all (oldest requests
+evicted first): ~260-300 bytes a token measured with arctic_inference 0.3.0 at depth 24 (random
+tokens; text shares more), so ~0.3 GB a worker at most, where the request count alone bounds
+nothing (10,000 requests of 8,000 tokens each: ~22 GB)."""
 SUFFIX_MIN_TOKEN_PROB = 0.1
 # N-gram lengths for vLLM's matcher: longest match of 3..5 tokens (KAITO's static config uses 4);
 # a match of NGRAM_LONG or more is the stronger band (its acceptance is pooled apart).
@@ -113,8 +129,15 @@ def suffix_cache(max_cached: int = SUFFIX_MAX_CACHED_REQUESTS) -> Any:
 class CandidateFinder:
     """Both sources, sized for a batch of `max_rows` rows and drafts of up to `k` tokens."""
 
-    def __init__(self, max_rows: int, k: int, max_model_len: int) -> None:
+    def __init__(self, max_rows: int, k: int, max_model_len: int, *,
+                 prompt_tokens: int = SUFFIX_PROMPT_TOKENS,
+                 max_cached_tokens: int = SUFFIX_MAX_CACHED_TOKENS) -> None:
         self.k, self.max_model_len = k, max_model_len
+        self.prompt_tokens, self.max_cached_tokens = prompt_tokens, max_cached_tokens
+        self._cached: dict[Any, int] = {}
+        """Response tokens in the cross-request tree per request, oldest first (the order
+        arctic_inference evicts by count in, too)."""
+        self.cached_tokens = 0
         self._draft = np.zeros((max_rows, k), dtype=np.int32)
         self._lengths = np.zeros(max_rows, dtype=np.int32)
         self._bands = np.zeros(max_rows, dtype=np.int32)
@@ -191,23 +214,50 @@ class CandidateFinder:
                 self.suffix.stop_request(uid)
         except Exception:  # a broken cache: start a new one
             self.suffix = suffix_cache(self.max_cached)
+            self._cached.clear()
+            self.cached_tokens = 0
 
     def _speculate(self, state: RowState, row: int, n: int, token_ids: np.ndarray) -> Any:
         """The suffix tree's draft for a row, after bringing its tree up to date."""
         assert self.suffix is not None
         self.suffix_calls += 1
         if state.suffix_synced < 0:
-            prompt = np.ascontiguousarray(token_ids[row, :state.prompt_len], dtype=np.int32)
+            first = max(0, state.prompt_len - self.prompt_tokens)
+            prompt = np.ascontiguousarray(token_ids[row, first:state.prompt_len], dtype=np.int32)
+            self._forget(state.uid)  # a reused id: arctic_inference drops its old response
             self.suffix.start_request(state.uid, prompt)
+            if state.uid in self.suffix.cached_requests:
+                self._cached[state.uid] = 0
             state.suffix_synced = state.prompt_len
         if n > state.suffix_synced:
             self.suffix.add_active_response(state.uid, np.ascontiguousarray(
                 token_ids[row, state.suffix_synced:n], dtype=np.int32))
+            if state.uid in self._cached:
+                self._cached[state.uid] += n - state.suffix_synced
+                self.cached_tokens += n - state.suffix_synced
             state.suffix_synced = n
+            self._evict_over_bound()
         context = np.ascontiguousarray(token_ids[row, max(0, n - SUFFIX_TREE_DEPTH):n],
                                        dtype=np.int32)
         return self.suffix.speculate(state.uid, context, max_spec_tokens=self.k,
                                      min_token_prob=SUFFIX_MIN_TOKEN_PROB)
+
+    def _forget(self, uid: Any) -> None:
+        self.cached_tokens -= self._cached.pop(uid, 0)
+
+    def _evict_over_bound(self) -> None:
+        """Evict the oldest requests' responses while the cross-request tree holds more than
+        `max_cached_tokens` tokens; those arctic_inference already evicted by count are only
+        forgotten (they are the oldest too)."""
+        assert self.suffix is not None
+        cached = self.suffix.cached_requests
+        while self._cached:
+            oldest = next(iter(self._cached))
+            if oldest in cached and self.cached_tokens <= self.max_cached_tokens:
+                return
+            self._forget(oldest)
+            if oldest in cached:
+                self.suffix.evict_cached_response(oldest)
 
     def _warm_up(self) -> None:
         """Compile the n-gram matcher now (a few seconds, once per worker), not on the first

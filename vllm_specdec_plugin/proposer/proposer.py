@@ -9,10 +9,10 @@ vLLM (0.32 and 0.33, V1 model runner) builds `AdaptiveProposer(vllm_config)` in 
 `propose(sampled_token_ids, num_tokens_no_spec, token_ids_cpu, slot_mappings=...)`, expecting one
 draft list per batch row ([] = no draft). Each call (a "cycle"):
 
-1. matches rows to requests (`rows.RowTable`, vectorised) and scores last cycle's candidates
-   against the tokens that came (`acceptance.py`): a drafted one at once, an undrafted one
-   followed over the row's next cycles to its first miss, so every draft position is observed
-   whether or not the row drafts;
+1. matches rows to requests (`rows.RowTable`: by vLLM's request ids) and scores last cycle's
+   candidates against the tokens that came (`acceptance.py`): a drafted one at once, an
+   undrafted one followed over the row's next cycles to its first miss, so every draft position
+   is observed whether or not the row drafts;
 2. times the cycle since the last call (the proposer's own time included) into the step-cost
    table (`costs.py`), when it was a clean decode cycle;
 3. finds candidates for the rows it looks at (all rows when awake, a rotating share when dormant,
@@ -26,14 +26,14 @@ Any internal error drafts nothing for that cycle and is logged once: the engine 
 `VLLM_SPECDEC_ADAPTIVE_STATS` names a JSON file for its counters (cost per row per cycle, awake
 and dormant, overall and by batch size; the cost table, the calibration);
 `VLLM_SPECDEC_ADAPTIVE_TRACE` a JSON-lines file of scored candidates for replaying the
-acceptance model (`trace.py`).
+acceptance model (`trace.py`); one worker writes each (`stats.worker_paths`).
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from itertools import count
 from typing import Any
 
@@ -51,8 +51,14 @@ from vllm_specdec_plugin.proposer.candidates import CandidateFinder
 from vllm_specdec_plugin.proposer.control import DraftController
 from vllm_specdec_plugin.proposer.costs import StepCostTable
 from vllm_specdec_plugin.proposer.policy import follow, outcome, plan_draft_lengths
-from vllm_specdec_plugin.proposer.rows import Candidate, RowState, RowTable, continues
-from vllm_specdec_plugin.proposer.stats import CostByBatch, StatsFile
+from vllm_specdec_plugin.proposer.rows import (
+    Candidate,
+    RequestLimits,
+    RowState,
+    RowTable,
+    request_end,
+)
+from vllm_specdec_plugin.proposer.stats import CostByBatch, StatsFile, worker_paths
 from vllm_specdec_plugin.proposer.trace import TraceWriter
 
 CLASS_PATH = ADAPTIVE_CLASS_PATH
@@ -90,10 +96,11 @@ class AdaptiveProposer:
         self._last: tuple[float, int, int, float | None] | None = None
         """(start, rows, drafted, baseline seconds) of the last cycle."""
         self._failed = False
-        stats_path = os.environ.get(ENV_ADAPTIVE_STATS) or None
-        self._stats_file = None if stats_path is None else StatsFile(
+        stats_path, trace_path = worker_paths(os.environ.get(ENV_ADAPTIVE_STATS),
+                                              os.environ.get(ENV_ADAPTIVE_TRACE))
+        self._stats_file = None if not stats_path else StatsFile(
             stats_path, self._stats_document, self._logger, STATS_EVERY, STATS_IDLE_S)
-        self._trace = TraceWriter.open(os.environ.get(ENV_ADAPTIVE_TRACE) or None)
+        self._trace = TraceWriter.open(trace_path, self._logger)
         self.cost_by_batch = CostByBatch()
         self.stats: dict[str, float] = {
             "calls": 0, "rows": 0, "overhead_s": 0.0, "requests": 0, "draft_tokens": 0,
@@ -103,10 +110,10 @@ class AdaptiveProposer:
 
     wants_request_limits = True
     """Asks vLLM's model runner for its requests (`engine/request_limits.py`)."""
-    request_limits: tuple[Sequence[str | None], Mapping[str, Any]] | None = None
+    request_limits: RequestLimits | None = None
     """(request id by batch row, the runner's request states by id), set by the runner before
-    each call: where each request stops. vLLM trims drafts to max_model_len only, so a draft
-    past a request's max_tokens is verified in full and thrown away."""
+    each call: which request each row holds (`rows.RowTable.match`) and where it stops (vLLM
+    trims drafts to max_model_len only: a draft past max_tokens is verified and thrown away)."""
 
     def load_model(self, *args: Any, **kwargs: Any) -> None:
         """No model: the CPU model runner calls this for every drafter."""
@@ -226,88 +233,44 @@ class AdaptiveProposer:
             drafted += length
         self.control.requests = int(self.stats["requests"])
         self.control.planned(drafted)
-        self._table.store(states, counts, token_ids, keys)
+        self._table.store(states, counts, token_ids, keys, self._request_ids())
         self._last = (now, rows, drafted, self.cost.baseline(rows))
         self.stats["draft_tokens"] += drafted
         return drafts
 
     def _match_rows(self, sampled: list[list[int]], lens: np.ndarray, counts: np.ndarray,
                     token_ids: np.ndarray
-                    ) -> tuple[list[RowState | None], np.ndarray, int, bool]:
-        """Each row's state (its request's history if it continues, else a fresh one; None for
-        a row that sampled nothing), the rows' keys (`RowTable.continuing`), the drafted tokens
-        accepted, and whether any row is new."""
-        rows = len(sampled)
-        before = counts - lens
-        table = self._table
-        same, keys = table.continuing(rows, before, token_ids)
-        same &= lens > 0
-        previous = table.states
-        states: list[RowState | None] = [None] * rows
-        kept = np.zeros(rows, dtype=bool)
-        for i in np.flatnonzero(same).tolist():
-            state = previous[i]
-            if state is not None and (not state.draft or continues(state, sampled[i])):
-                states[i] = state
-                kept[i] = True
-        fresh = False
+                    ) -> tuple[list[RowState | None], np.ndarray | None, int, bool]:
+        """Each row's state (`RowTable.match`: by vLLM's request id where the runner gives it),
+        the rows' keys, the drafted tokens accepted, and whether any row is new; last cycle's
+        candidates scored against the tokens that came."""
+        states, keys, fresh = self._table.match(sampled, lens, counts, token_ids,
+                                                self._request_ids(), self._start, self._stop)
         accepted = 0
-        if not kept.all() or table.stored > rows:
-            displaced = table.displaced(rows, kept)
-            for i in np.flatnonzero(~kept).tolist():
-                if not lens[i]:
-                    continue  # a partial prefill: nothing to draft or learn yet
-                old = displaced.get((keys[i].tobytes(), int(before[i])))
-                state = previous[old.pop(old.index(i) if i in old else 0)] if old else None
-                if state is not None and state.draft and not continues(state, sampled[i]):
-                    self._stop(state)
-                    state = None
-                if state is None:
-                    state = self._start(i, int(before[i]))
-                    fresh = True
-                states[i] = state
-            for leftovers in displaced.values():  # requests gone from the batch
-                for j in leftovers:
-                    old_state = previous[j]
-                    if old_state is not None:
-                        self._stop(old_state)
         for i, state in enumerate(states):
             if state is None:
                 continue
             if state.draft:
-                accepted += int(lens[i]) - 1
+                accepted += len(sampled[i]) - 1
             if state.candidates or state.shadows:
                 self._score(state, sampled[i])
         self.stats["accepted_tokens"] += accepted
         return states, keys, accepted, fresh
+
+    def _request_ids(self) -> Sequence[str | None] | None:
+        """vLLM's request id by batch row, when the runner gave them (`request_limits`)."""
+        return None if self.request_limits is None else self.request_limits[0]
 
     def _start(self, row: int, prompt_len: int) -> RowState:
         self.stats["requests"] += 1
         if len(self.request_cycles) < MAX_REQUEST_CYCLES:
             self.request_cycles.append(self.control.cycle)
         state = RowState(uid=next(self._uids), prompt_len=prompt_len)
-        end = self._request_end(row)
+        end = request_end(self.request_limits, row)
         if end is not None:
             state.end = end
             self.stats["limited_requests"] += 1
         return state
-
-    def _request_end(self, row: int) -> int | None:
-        """The token count at which the request in `row` stops (prompt + max_tokens), from the
-        runner's request states (`request_limits`), or None where they are not given."""
-        if self.request_limits is None:
-            return None
-        req_ids, requests = self.request_limits
-        if row >= len(req_ids):
-            return None
-        req_id = req_ids[row]
-        request = None if req_id is None else requests.get(req_id)
-        params = getattr(request, "sampling_params", None)
-        max_tokens = getattr(params, "max_tokens", None)
-        prompt = getattr(request, "num_prompt_tokens", None)
-        if not isinstance(max_tokens, int) or not isinstance(prompt, int):
-            return None
-        return prompt + max_tokens
 
     def _stop(self, state: RowState) -> None:
         """The request left the batch: its shadows end as matched so far, no miss seen (their

@@ -1,16 +1,24 @@
-"""Which request a batch row holds: the proposer sees row indices, not request ids.
+"""Which request a batch row holds: the proposer sees row indices; vLLM knows request ids.
 
-A row holds the same request as last cycle when its first `KEY_TOKENS` tokens and its token
-count continue from it (checked for the whole batch at once with numpy) and its accepted tokens
-are a prefix of what was drafted for it; a request that vLLM moved to another row (the batch is
-condensed when requests finish) is found by the same key; anything else is a new request with a
-fresh history.
+Where the runner gives the batch's request ids by row (`engine/request_limits.py` sets the
+proposer's `request_limits` before each call), a row continues a state exactly when its request
+id had that state last cycle: a request vLLM moved to another row (the batch is condensed when
+requests finish) is found by its id, a departed id's state is stopped, a new id starts afresh.
+
+Only where no id is given (no runner patch, or a row beyond the ids) is a row matched by its
+tokens: the same request as last cycle when its first `KEY_TOKENS` tokens and its token count
+continue from it (checked for the whole batch at once with numpy) and its accepted tokens are a
+prefix of what was drafted for it; a moved request is found by the same key. That key is weak:
+a chat template makes the first tokens equal for nearly every request, so a new request whose
+prompt length equals a departed one's last count would inherit its state (its end, its
+evidence, its suffix-tree entry). Ids are what the engine uses.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 import numpy as np
 
@@ -64,6 +72,29 @@ class RowState:
     """Candidates were looked for at least once (a new request is probed even when dormant)."""
 
 
+RequestLimits = tuple[Sequence[str | None], Mapping[str, Any]]
+"""Set by the runner (`engine/request_limits.py`): (the input batch's request id by row, the
+runner's request states by id), references to the runner's own, valid during one call."""
+
+
+def request_end(limits: RequestLimits | None, row: int) -> int | None:
+    """The token count at which the request in `row` stops (prompt + max_tokens), from the
+    runner's request states, or None where they are not given."""
+    if limits is None:
+        return None
+    req_ids, requests = limits
+    if row >= len(req_ids):
+        return None
+    req_id = req_ids[row]
+    request = None if req_id is None else requests.get(req_id)
+    params = getattr(request, "sampling_params", None)
+    max_tokens = getattr(params, "max_tokens", None)
+    prompt = getattr(request, "num_prompt_tokens", None)
+    if not isinstance(max_tokens, int) or not isinstance(prompt, int):
+        return None
+    return prompt + max_tokens
+
+
 def continues(state: RowState, new: Sequence[int]) -> bool:
     """Whether `new` (accepted drafts + bonus) can follow what was drafted for the row."""
     accepted = len(new) - 1
@@ -83,17 +114,111 @@ def masked_keys(token_ids: np.ndarray, rows: int, counts: np.ndarray) -> np.ndar
 
 
 class RowTable:
-    """Per-row states with the previous cycle's keys and token counts."""
+    """Per-row states with the previous cycle's request ids, keys and token counts."""
 
     def __init__(self, max_rows: int) -> None:
         self._grow(max(max_rows, 1))
+        self.by_id: dict[str, RowState | None] = {}
+        """Last cycle's states by request id (the rows whose id the runner gave)."""
 
     def _grow(self, size: int) -> None:
         self.counts = np.full(size, -1, dtype=np.int64)
         self.keys = np.full((size, KEY_TOKENS), -2, dtype=np.int64)
         self.states: list[RowState | None] = [None] * size
+        """Last cycle's states of the rows matched by tokens (None for the others)."""
         self.stored = 0
         """Rows stored by the last cycle (states beyond them are None)."""
+        self.by_tokens = 0
+        """States among `states` (matched by tokens) last cycle."""
+
+    def match(self, sampled: Sequence[Sequence[int]], lens: np.ndarray, counts: np.ndarray,
+              token_ids: np.ndarray, ids: Sequence[str | None] | None,
+              start: Callable[[int, int], RowState], stop: Callable[[RowState], None]
+              ) -> tuple[list[RowState | None], np.ndarray | None, bool]:
+        """Each row's state (its request's state if it continues, else `start(row,
+        prompt_len)`; None for a row that sampled nothing), the rows' keys (for `store`; None
+        when every row has an id), and whether any row is new. States no row continues are
+        given to `stop`. `ids`: the request id by row, where the runner gives them (see the
+        module docstring)."""
+        rows = len(sampled)
+        before = counts - lens
+        if rows > len(self.counts):
+            self._grow(rows)
+        states: list[RowState | None] = [None] * rows
+        fresh = False
+        named = 0 if ids is None else min(len(ids), rows)
+        if ids is not None:
+            left = dict(self.by_id)
+            for i, req_id in zip(range(named), ids, strict=False):
+                if req_id is None:
+                    continue
+                state = left.pop(req_id, None)
+                if not sampled[i]:  # sampled nothing (a partial prefill): no state this cycle
+                    if state is not None:
+                        stop(state)
+                elif state is None:
+                    states[i] = start(i, int(before[i]))
+                    fresh = True
+                else:
+                    states[i] = state
+            for state in left.values():  # requests gone from the batch
+                if state is not None:
+                    stop(state)
+        if self.by_tokens == 0 and all_named(ids, rows):
+            return states, None, fresh  # the engine's case: no row goes by its tokens
+        same, keys = self.continuing(rows, before, token_ids)
+        mask = None  # rows matched by tokens: all of them when no id is given
+        if ids is not None:
+            mask = np.zeros(rows, dtype=bool)
+            mask[named:] = True
+            if None in ids[:named]:  # transient in vLLM's batch
+                mask[:named] = [req_id is None for req_id in ids[:named]]
+        if mask is None or self.by_tokens or mask.any():
+            fresh |= self._match_tokens(sampled, lens, before, same, keys, mask, states,
+                                        start, stop)
+        return states, keys, fresh
+
+    def _match_tokens(self, sampled: Sequence[Sequence[int]], lens: np.ndarray,
+                      before: np.ndarray, same: np.ndarray, keys: np.ndarray,
+                      mask: np.ndarray | None, states: list[RowState | None],
+                      start: Callable[[int, int], RowState], stop: Callable[[RowState], None]
+                      ) -> bool:
+        """`match` for the rows in `mask` (None: all), those without a request id, against last
+        cycle's states that had none: in place when the key and count continue, else by key
+        among the displaced."""
+        rows = len(sampled)
+        previous = self.states
+        same = same & (lens > 0)
+        if mask is not None:
+            same &= mask
+        kept = np.zeros(rows, dtype=bool)
+        for i in np.flatnonzero(same).tolist():
+            state = previous[i]
+            if state is not None and (not state.draft or continues(state, sampled[i])):
+                states[i] = state
+                kept[i] = True
+        fresh = False
+        missing = ~kept if mask is None else mask & ~kept
+        if missing.any() or int(kept.sum()) < self.by_tokens:
+            displaced = self.displaced(rows, kept)
+            for i in np.flatnonzero(missing).tolist():
+                if not lens[i]:
+                    continue  # a partial prefill: nothing to draft or learn yet
+                old = displaced.get((keys[i].tobytes(), int(before[i])))
+                state = previous[old.pop(old.index(i) if i in old else 0)] if old else None
+                if state is not None and state.draft and not continues(state, sampled[i]):
+                    stop(state)
+                    state = None
+                if state is None:
+                    state = start(i, int(before[i]))
+                    fresh = True
+                states[i] = state
+            for leftovers in displaced.values():  # requests gone from the batch
+                for j in leftovers:
+                    old_state = previous[j]
+                    if old_state is not None:
+                        stop(old_state)
+        return fresh
 
     def continuing(self, rows: int, before: np.ndarray, token_ids: np.ndarray
                    ) -> tuple[np.ndarray, np.ndarray]:
@@ -115,18 +240,37 @@ class RowTable:
             out.setdefault((self.keys[j].tobytes(), int(self.counts[j])), []).append(j)
         return out
 
-    def store(self, states: list[RowState | None], counts: np.ndarray,
-              token_ids: np.ndarray, keys: np.ndarray | None = None) -> None:
-        """This cycle's states, keyed by the tokens they hold now. `keys`: the keys
-        `continuing` returned this cycle; they still hold when every row had KEY_TOKENS tokens
-        before this cycle's (later tokens do not change a key)."""
+    def store(self, states: Sequence[RowState | None], counts: np.ndarray,
+              token_ids: np.ndarray, keys: np.ndarray | None = None,
+              ids: Sequence[str | None] | None = None) -> None:
+        """This cycle's states, by request id where `ids` gives one (copied: the runner's
+        list changes), else keyed by the tokens they hold now. `keys`: the keys `continuing`
+        returned this cycle; they still hold when every row had KEY_TOKENS tokens before this
+        cycle's (later tokens do not change a key)."""
         rows = len(states)
         if rows > len(self.counts):
             self._grow(rows)
         self.counts[:] = -1
+        if ids is not None and all_named(ids, rows):  # the engine's case: no row by tokens
+            self.by_id = dict(zip(cast("Sequence[str]", ids), states, strict=False))
+            self.states = [None] * len(self.counts)
+            self.stored = self.by_tokens = 0
+            return
         self.counts[:rows] = counts[:rows]
         if keys is None or len(keys) != rows or (rows and keys.min() < 0):
             keys = masked_keys(token_ids, rows, counts)
         self.keys[:rows] = keys
-        self.states = states + [None] * (len(self.counts) - rows)
+        by_tokens = list(states)
+        self.by_id = {}
+        if ids is not None:  # rows beyond the ids, or without one (transient in vLLM's batch)
+            self.by_id = {r: s for r, s in zip(ids, states, strict=False) if r is not None}
+            by_tokens = [s if i >= len(ids) or ids[i] is None else None
+                         for i, s in enumerate(states)]
+        self.states = by_tokens + [None] * (len(self.counts) - rows)
         self.stored = rows
+        self.by_tokens = rows - by_tokens.count(None)
+
+
+def all_named(ids: Sequence[str | None] | None, rows: int) -> bool:
+    """Whether `ids` gives every one of `rows` rows a request id."""
+    return ids is not None and len(ids) >= rows and None not in ids[:rows]

@@ -1,15 +1,74 @@
-"""The adaptive proposer's statistics file (VLLM_SPECDEC_ADAPTIVE_STATS), written atomically."""
+"""The adaptive proposer's statistics file (VLLM_SPECDEC_ADAPTIVE_STATS), and which worker
+writes the proposer's files.
+
+One writer per path: under tensor parallelism every rank builds the proposer and runs it on the
+same batch, so only tensor-parallel rank 0 writes (the others would write the same numbers);
+other data-parallel engines or pipeline stages see other requests, so their tensor-parallel rank
+0 writes `PATH.rank<world rank>` (`worker_paths`). A file is written to a new temporary file
+in the target's directory (`tempfile.mkstemp`: a fresh name, never an existing file or link)
+and renamed over the target (`os.replace` replaces a link there, never writes through it).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from vllm_specdec_plugin.proposer.costs import bucket
+
+FILE_MODE = 0o644
+
+
+def worker_ranks() -> tuple[int, int]:
+    """(tensor-parallel rank, world rank) of this worker, from vLLM's process groups; 0 for a
+    group vLLM has not initialised (a single process)."""
+    from vllm.distributed import parallel_state
+
+    tp = world = 0
+    with contextlib.suppress(AssertionError):  # vLLM asserts a group is initialised
+        if parallel_state.model_parallel_is_initialized():
+            tp = parallel_state.get_tensor_model_parallel_rank()
+    with contextlib.suppress(AssertionError):
+        world = parallel_state.get_world_group().rank_in_group
+    return tp, world
+
+
+def for_this_worker(path: str | None, ranks: tuple[int, int]) -> str | None:
+    """The path this worker writes for a configured `path` (None: it writes nothing)."""
+    tp, world = ranks
+    if not path or tp != 0:
+        return None
+    return path if world == 0 else f"{path}.rank{world}"
+
+
+def worker_paths(*paths: str | None) -> list[str | None]:
+    """The paths this worker writes for the configured `paths` (`for_this_worker`); vLLM's
+    groups are read only when a path is configured."""
+    if not any(paths):
+        return [None] * len(paths)
+    ranks = worker_ranks()
+    return [for_this_worker(path, ranks) for path in paths]
+
+
+def write_atomically(path: str, text: str) -> None:
+    """`text` into `path` through a new temporary file in the same directory, renamed over it."""
+    directory, name = os.path.split(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
+    try:
+        os.fchmod(fd, FILE_MODE)
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def per_row_us(stats: Mapping[str, float], mode: str = "") -> float | None:
@@ -59,10 +118,7 @@ def write_stats(path: str, stats: Mapping[str, float], state: Mapping[str, Any],
                 "us_per_row_dormant": per_row_us(stats, "dormant"),
                 **state}
     try:
-        tmp = f"{path}.tmp"
-        with open(tmp, "w") as out:
-            json.dump(document, out)
-        os.replace(tmp, path)
+        write_atomically(path, json.dumps(document))
     except OSError as exc:
         logger.debug("adaptive proposer stats not written: %s", exc)
 

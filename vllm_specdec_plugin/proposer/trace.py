@@ -10,12 +10,16 @@
 accepted tokens the plan counted on, 0 for a shadow candidate). `replay` feeds such a record
 through `acceptance.py` in order and returns, per drafted candidate, what the model predicted
 before it saw the outcome and what was realised, which is what the replay tests check.
-At most `MAX_RECORDS` lines are written.
+At most `MAX_RECORDS` lines are written. The file is opened once, for appending, without
+following a symbolic link at its path (`O_NOFOLLOW`; one warning, then no trace) and only if it
+is a regular file; one worker writes it (`stats.for_this_worker`).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
@@ -38,13 +42,14 @@ class TraceWriter:
         self.records = 0
 
     @classmethod
-    def open(cls, path: str | None) -> TraceWriter | None:
+    def open(cls, path: str | None, logger: Any) -> TraceWriter | None:
         if not path:
             return None
         try:
-            # line-buffered: vLLM's workers may be killed, and a trace is for diagnosis only
-            return cls(open(path, "a", buffering=1))  # noqa: SIM115 (kept open)
-        except OSError:
+            return cls(open_for_append(path))
+        except OSError as exc:
+            why = "a symbolic link, not followed" if os.path.islink(path) else str(exc)
+            logger.warning("adaptive proposer trace %s not written: %s", path, why)
             return None
 
     def write(self, cycle: int, rows: int, uid: int, source: str, candidate: Any, hits: int,
@@ -61,6 +66,22 @@ class TraceWriter:
                 self._out = None
         except OSError:
             self._out = None
+
+
+def open_for_append(path: str) -> IO[str]:
+    """`path` opened to append lines (created 0644), never through a link, never a FIFO or
+    device: line-buffered, as vLLM's workers may be killed and a trace is for diagnosis."""
+    flags = (os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+             | getattr(os, "O_CLOEXEC", 0))
+    fd = os.open(path, flags, 0o644)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "a", buffering=1)
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 @dataclass(frozen=True)

@@ -59,3 +59,17 @@ def test_explain_refuses_hostile_flags_with_one_line(tmp_path):
         assert done.returncode == 2, done.stderr[-2000:]
         assert "refused" in done.stderr and "Traceback" not in done.stderr
         assert json.loads(done.stdout)["errors"]
+
+
+def test_explain_hides_credentials_in_the_model():
+    """The model reaches the decision (as its preset where none matched) and the error that
+    quotes it; neither shows the secret (issue 29 item 8)."""
+    done = explain("--annotation", "true", "--platform", "cpu",
+                   "--model", "https://user:SECRET1@host/m?token=SECRET2")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["preset"] == "https://<redacted>@host/m?token=<redacted>"
+    refused = explain("--annotation", "true", "--platform", "cpu",
+                      "--model", "~nosuchuser-specdec/m?token=SECRET3")
+    assert refused.returncode == 2 and "no home directory" in refused.stderr
+    assert "?token=<redacted>" in refused.stderr
+    assert "SECRET" not in done.stdout + done.stderr + refused.stdout + refused.stderr

@@ -1,7 +1,7 @@
 """`vllm-specdec status`: parsing /metrics, figures, verdicts, the CLI (pure logic, fast).
 
 The real-server checks (a `vllm serve` with and without the opt-in) are in
-tests/test_observability.py.
+tests/engine/test_observability.py.
 """
 
 from __future__ import annotations

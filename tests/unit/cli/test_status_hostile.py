@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
-from bounded import run_bounded
+from bounded import Bounded, run_bounded
 
 from vllm_specdec_plugin import cli
 from vllm_specdec_plugin.cli import status as status_cli
@@ -85,7 +85,7 @@ def answer(body: str, headers: str = "") -> Callable[[socket.socket], None]:
 
 
 def status_in_child(url: str, memory_mib: int = 256, timeout_s: float = 40,
-                    extra: tuple[str, ...] = ()) -> object:
+                    extra: tuple[str, ...] = ()) -> Bounded:
     return run_bounded(f"""
         import sys
         from vllm_specdec_plugin import cli
@@ -113,30 +113,103 @@ def test_endless_body_is_cut_at_the_size_cap(server):
     assert f"answered more than {MAX_METRICS_BYTES} bytes" in one_line(done.stderr)
 
 
-@pytest.mark.parametrize("where", ["body", "headers"])
-def test_a_trickling_server_cannot_hold_a_scrape_past_its_deadline(server, where):
-    """One byte every 2 s: each read succeeds within the per-read timeout, so today's code
-    waited forever; one overall deadline per scrape ends it."""
-    def trickle(conn: socket.socket) -> None:
-        head = b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n"
-        if where == "body":
-            conn.sendall(head)
-        for byte in (head if where == "headers" else b"v" * 100000):
-            conn.sendall(bytes([byte]))
-            time.sleep(2)
+# The deadline the scrape tests set (status.FETCH_TIMEOUT_S, in the child) and the slack they
+# allow past it; a hostile server keeps going for TRICKLE_FOR_S (longer than deadline + slack),
+# then stops by itself, and stops at once when the client hangs up.
+DEADLINE_S, SLACK_S, TRICKLE_FOR_S = 1.0, 2.0, 12.0
+OK_HEAD = b"HTTP/1.1 200 OK\r\n"
 
-    url = server(trickle).url
+
+def trickle(head: bytes, piece: bytes) -> Callable[[socket.socket], None]:
+    """Send `head`, then `piece` every 0.5 s; an empty `piece`: silence until the client
+    hangs up. Either way for at most TRICKLE_FOR_S."""
+    def handle(conn: socket.socket) -> None:
+        conn.settimeout(TRICKLE_FOR_S)
+        conn.sendall(head)
+        end = time.monotonic() + TRICKLE_FOR_S
+        while piece and time.monotonic() < end:
+            time.sleep(0.5)
+            conn.sendall(piece)
+        if not piece:
+            conn.recv(1)
+    return handle
+
+
+def status_timed(url: str, extra: tuple[str, ...] = ()) -> tuple[int, float, str]:
+    """`vllm-specdec status --url url` in a child with the scrape deadline at DEADLINE_S:
+    (exit status, seconds the command took, stderr)."""
     done = run_bounded(f"""
-        import sys, time
+        import time
+        from vllm_specdec_plugin import cli
         from vllm_specdec_plugin.cli import status
+        status.FETCH_TIMEOUT_S = {DEADLINE_S}
+        start = time.monotonic()
+        code = cli.main(["status", "--url", {url!r}, *{list(extra)!r}])
+        print("exit", code, time.monotonic() - start)
+    """, timeout_s=TRICKLE_FOR_S + 8)
+    assert done.returncode == 0, done
+    _, code, seconds = done.stdout.strip().splitlines()[-1].split()
+    return int(code), float(seconds), done.stderr
+
+
+@pytest.mark.parametrize(("head", "piece"), [
+    pytest.param(OK_HEAD + b"Connection: close\r\n\r\n", b"v", id="close, no length"),
+    pytest.param(OK_HEAD + b"Connection: close\r\nContent-Length: 100000\r\n\r\n", b"v",
+                 id="close, Content-Length"),
+    pytest.param(b"HTTP/1.0 200 OK\r\n\r\n", b"v", id="HTTP/1.0, no length"),
+    pytest.param(OK_HEAD + b"Transfer-Encoding: chunked\r\n\r\n", b"1\r\nv\r\n",
+                 id="chunked, keep-alive"),
+    pytest.param(OK_HEAD + b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n",
+                 b"1\r\nv\r\n", id="chunked, close"),
+    pytest.param(OK_HEAD + b"Transfer-Encoding: chunked\r\n\r\n", b"0",
+                 id="chunk-size line trickled"),
+    pytest.param(OK_HEAD + b"Content-Length: 100000\r\n\r\n", b"v",
+                 id="keep-alive, Content-Length"),
+    pytest.param(OK_HEAD + b"X-Slow: ", b"x", id="headers trickled"),
+    pytest.param(OK_HEAD + b"Content-Length: 100\r\n\r\n", b"", id="headers, then silent"),
+    pytest.param(b"", b"", id="silent before headers"),
+])
+def test_no_server_holds_a_scrape_past_its_deadline(server, head, piece):
+    """A server answering 200 with `Connection: close`, then a byte every 2 s, held the
+    command for 100 s: http.client times each receive, not the answer, and the watchdog
+    had no socket left to shut down once the response owned it. One deadline per scrape."""
+    url = server(trickle(head, piece)).url
+    code, seconds, err = status_timed(url)
+    assert code == 1 and seconds < DEADLINE_S + SLACK_S, (code, seconds, err)
+    assert (f"http://{url}/metrics did not answer within {DEADLINE_S:g} s, the deadline for "
+            "one scrape; check that the address") in one_line(err)
+
+
+def test_watch_scrapes_each_end_by_the_deadline(server):
+    """--watch retries a scrape that ran out of time, and each try is held to the deadline."""
+    tries: list[int] = []
+    slow = trickle(OK_HEAD + b"Connection: close\r\n\r\n", b"v")
+
+    def slow_once(conn: socket.socket) -> None:
+        tries.append(1)
+        (slow if len(tries) == 1 else answer(COUNTERS))(conn)
+
+    url = server(slow_once).url
+    code, seconds, err = status_timed(url, ("--watch", "0.1", "--count", "1"))
+    assert code == 0 and seconds < DEADLINE_S + SLACK_S and len(tries) == 3, (code, seconds, err)
+    assert f"did not answer within {DEADLINE_S:g} s" in one_line(err)
+    assert "retrying in 0.1s" in err
+
+
+def test_a_hanging_name_lookup_ends_by_the_deadline():
+    """getaddrinfo has no timeout of its own; the scrape's deadline covers it too."""
+    done = run_bounded("""
+        import socket, time
+        from vllm_specdec_plugin.cli import status
+        socket.getaddrinfo = lambda *args, **kwargs: time.sleep(20)
         start = time.monotonic()
         try:
-            status.fetch("http://{url}/metrics", timeout=3)
+            status.fetch("http://metrics.example:8000/metrics", timeout=1)
         except status.StatusError as exc:
             print(round(time.monotonic() - start, 1), exc)
     """, timeout_s=30)
-    assert done.returncode == 0 and "did not answer within 3 s" in done.stdout, done
-    assert float(done.stdout.split()[0]) < 6
+    assert done.returncode == 0 and "did not answer within 1 s" in done.stdout, done
+    assert float(done.stdout.split()[0]) < 1 + SLACK_S
 
 
 def test_the_cli_deadline_is_the_scrape_deadline():
@@ -250,7 +323,7 @@ def test_credentials_are_sent_as_basic_auth_and_never_printed(server, capsys):
                     "http://alice:hunter2@h:99999"):
         assert cli.main(["status", "--url", address]) in (1, 2)
         err = one_line(capsys.readouterr().err)
-        assert "hunter2" not in err and "s3cr" not in err and "***@" in err
+        assert "hunter2" not in err and "s3cr" not in err and "<redacted>@" in err
 
 
 def test_redirects_are_followed_without_leaking_credentials(server, capsys):

@@ -64,7 +64,7 @@ def test_untuned_preset_gets_kaito_ngram_fallback():
     assert decision.speculative_config == dict(NGRAM_FALLBACK)
     assert decision.speculative_config == {"method": "ngram", "num_speculative_tokens": 5,
                                            "prompt_lookup_max": 4}
-    assert decision.model_impl == "vllm"
+    assert decision.model_impl == "auto"  # a draft-free method: vLLM resolves it
 
 
 @pytest.mark.parametrize("name", ["Qwen/Qwen3.5-4B", "qwen/qwen3.5-4b", "deepseek-r1-0528",
@@ -179,14 +179,6 @@ def test_explicit_no_async_is_kept():
 def test_async_with_eagle_is_left_alone():
     decision = run(speculative_config={"method": "eagle", "model": "d"}, async_scheduling=True)
     assert decision.async_scheduling is True
-
-
-def test_model_impl_forced_with_warning_only_when_user_chose_another():
-    assert run(model_impl="auto").warnings == ("async scheduling (default) turned off: "
-                                               + run().warnings[0].split(": ", 1)[1],)
-    decision = run(model_impl="transformers")
-    assert decision.model_impl == "vllm"
-    assert any("model_impl 'transformers' -> 'vllm'" in w for w in decision.warnings)
 
 
 def test_bad_num_speculative_tokens():
@@ -369,7 +361,8 @@ def test_hub_model_of_another_tuned_preset_wins_over_the_served_name():
 
 def test_served_name_agreeing_with_the_model_gives_no_warning():
     decision = run(model="deepseek-ai/DeepSeek-R1-0528", served_model_names=("deepseek-r1-0528",))
-    assert decision.source == SOURCE_TUNED and not decision.warnings
+    assert decision.source == SOURCE_TUNED
+    assert not [w for w in decision.warnings if "served-model-name" in w]
 
 
 def test_kaito_preset_name_decides_before_model_and_served_name():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from conftest import release_caps
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 
 from vllm_specdec_plugin.core.decide import decide
 from vllm_specdec_plugin.core.errors import SpecDecodeConfigError
+from vllm_specdec_plugin.core.rules import needs_native_target
 from vllm_specdec_plugin.core.settings import ANNOTATION_KEY
 from vllm_specdec_plugin.core.types import Annotation, EngineRequest, KaitoRequest
 from vllm_specdec_plugin.inputs.annotations import parse_annotations, unquote_go
@@ -20,6 +22,7 @@ from vllm_specdec_plugin.inputs.presets import builtin_preset_table
 VLLM = ("0.32.0", {"ngram", "suffix", "eagle", "eagle3", "medusa", "mtp", "draft_model"},
         {"eagle", "eagle3", "mtp", "draft_model"})
 CAPS = [release_caps(p, *VLLM) for p in ("cpu", "cuda", "rbln")]
+CAPS += [replace(CAPS[1], vllm_serves_target=False), replace(CAPS[1], vllm_serves_target=True)]
 PRESETS = builtin_preset_table()
 json_scalars = st.one_of(st.none(), st.booleans(), st.integers(-3, 64), st.text(max_size=12))
 spec_configs = st.dictionaries(
@@ -132,8 +135,12 @@ def test_decision_invariants(annotation, engine, caps, file_config):
     if annotation != "true":
         assert decision.errors and not decision.enabled
         return
-    if decision.enabled:
-        assert decision.model_impl == "vllm"
+    if decision.enabled:  # the user's model_impl, but where RBLN or the method needs "vllm"
+        asked = engine.model_impl or "auto"
+        forced = caps.vllm_model_impl_only is not None or needs_native_target(decision.method)
+        assert decision.model_impl == ("vllm" if forced else asked)
+        said = [w for w in decision.warnings if w.startswith("model_impl ")]
+        assert len(said) == (decision.model_impl != asked)  # every change said, once
         user = engine.speculative_config if engine.speculative_config is not None else (
             file_config)
         if user is not None:  # the user's config is never changed (but for RBLN's token cap)

@@ -9,6 +9,7 @@ from vllm.engine.arg_utils import EngineArgs
 
 from vllm_specdec_plugin.core.errors import SpecDecodeConfigError
 from vllm_specdec_plugin.engine.hook import apply_to_engine_args
+from vllm_specdec_plugin.inputs.vllm_caps import vllm_serves_architecture
 
 FIELDS = ("speculative_config", "model_impl", "async_scheduling", "spec_method", "spec_tokens",
           "per_request_spec_decode_metrics")
@@ -44,7 +45,7 @@ def test_opted_in_applies_once(env, tiny_llama):
     args = EngineArgs(model=str(tiny_llama), async_scheduling=True, spec_tokens=None)
     decision = apply_to_engine_args(args)
     assert args.speculative_config == decision.speculative_config
-    assert args.model_impl == "vllm" and args.async_scheduling is False
+    assert args.model_impl == "auto" and args.async_scheduling is False  # ngram: vLLM's own
     assert args.per_request_spec_decode_metrics == "summary"  # vLLM's default was "none"
     assert apply_to_engine_args(args) is decision  # a second create_engine_config: same
 
@@ -146,3 +147,83 @@ def test_bad_input_is_refused_as_input_never_served_without(env, tiny_llama, tmp
         apply_to_engine_args(args)
     assert "plugin failed" not in exc.value.message
     assert not any("WITHOUT speculative decoding" in r.getMessage() for r in plugin_log.records)
+
+
+def test_registry_adapter_reads_vllms_own_registry():
+    """vLLM serves a target with model_impl "vllm" when its registry lists one architecture
+    (it tries each); HeliumForCausalLM it serves only through its Transformers backend."""
+    assert vllm_serves_architecture(["HeliumForCausalLM"]) is False
+    assert vllm_serves_architecture(["LlamaForCausalLM"]) is True
+    assert vllm_serves_architecture(["HeliumForCausalLM", "LlamaForCausalLM"]) is True
+    assert vllm_serves_architecture([]) is None
+
+
+@pytest.fixture
+def helium_config(tmp_path):
+    """A local checkpoint (config.json only) whose architecture vLLM's registry does not list."""
+    (tmp_path / "config.json").write_text(
+        '{"architectures": ["HeliumForCausalLM"], "model_type": "helium"}')
+    return str(tmp_path)
+
+
+def test_transformers_only_target_keeps_auto(env, helium_config, plugin_log):
+    env.setenv("KAITO_ENABLE_SPECULATIVE_DECODING", "true")
+    args = EngineArgs(model=helium_config)
+    decision = apply_to_engine_args(args)
+    assert decision.method == "ngram" and decision.model_impl == "auto"
+    assert args.model_impl == "auto"
+    assert not any("model_impl" in r.getMessage() for r in plugin_log.records
+                   if r.levelno >= logging.WARNING)
+
+
+def test_mtp_on_a_transformers_only_target_is_refused(env, helium_config):
+    env.setenv("KAITO_ENABLE_SPECULATIVE_DECODING", "true")
+    args = EngineArgs(model=helium_config, speculative_config={
+        "method": "mtp", "num_speculative_tokens": 1})
+    with pytest.raises(SpecDecodeConfigError, match="HeliumForCausalLM.*draft-free method"):
+        apply_to_engine_args(args)
+    assert args.model_impl == "auto"
+
+
+MODEL_URI = "s3://AKIAEXAMPLE:SECRET1/x@bucket/m?token=SECRET2"
+"""A model named by a URI with credentials (userinfo with a raw '/', a query token)."""
+
+
+def test_info_line_hides_credentials_in_the_model(env, plugin_log):
+    """The decision's INFO line names the preset, here the model itself (no preset matched)."""
+    env.setenv("KAITO_ENABLE_SPECULATIVE_DECODING", "true")
+    decision = apply_to_engine_args(EngineArgs(model=MODEL_URI))
+    assert decision is not None and decision.enabled
+    info = [r.getMessage() for r in plugin_log.records
+            if r.levelno == logging.INFO and "speculative decoding on" in r.getMessage()]
+    assert len(info) == 1 and "(preset s3://<redacted>@bucket/m?token=<redacted>)" in info[0]
+    assert not any("SECRET" in r.getMessage() for r in plugin_log.records)
+
+
+def test_error_quoting_the_model_hides_its_credentials(env, plugin_log):
+    env.setenv("KAITO_ENABLE_SPECULATIVE_DECODING", "true")
+    with pytest.raises(SpecDecodeConfigError) as exc:
+        apply_to_engine_args(EngineArgs(model="~nosuchuser-specdec/m?token=SECRET3"))
+    assert "?token=<redacted>" in exc.value.message and "SECRET" not in str(exc.value)
+    assert any(r.levelno == logging.ERROR for r in plugin_log.records)
+    assert not any("SECRET" in r.getMessage() for r in plugin_log.records)
+
+
+def test_metrics_labels_hide_credentials(env, tiny_llama):
+    """What the hook exports after vLLM built its config: vLLM serves the model under the
+    served name (else the model string), and the preset is that name where none matched."""
+    from prometheus_client import generate_latest
+
+    from vllm_specdec_plugin.engine.hook import export_decision
+
+    env.setenv("KAITO_ENABLE_SPECULATIVE_DECODING", "true")
+    args = EngineArgs(model=str(tiny_llama), served_model_name=[MODEL_URI], max_model_len=256,
+                      enforce_eager=True)
+    apply_to_engine_args(args)
+    export_decision(args, args.create_engine_config())
+    gauge = [line for line in generate_latest().decode().splitlines()
+             if line.startswith("vllm_specdec_decision_info{")]
+    assert len(gauge) == 1, gauge
+    shown = "s3://<redacted>@bucket/m?token=<redacted>"
+    assert f'model_name="{shown}"' in gauge[0] and f'preset="{shown}"' in gauge[0]
+    assert "SECRET" not in gauge[0]

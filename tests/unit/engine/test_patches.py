@@ -40,6 +40,21 @@ def test_fixes_reach_the_sampler_when_the_plugin_loads_first(registration_first)
         set(line for line in result["log"] if "patched" in line))
 
 
+@pytest.mark.parametrize("order", ["plugin-first", "registration-first"])
+def test_a_failed_expand_proof_undoes_everything_the_fix_put_in_place(order, registration_first):
+    """Forced to fail, the proof undoes the patch, its proof wrapper and the kernel registration:
+    the CPU platform's `register_triton_kernel_overrides`, `_expand_kernel_impl` and the
+    dispatcher's expand_kernel entry (and the kernels the sampler launches) are what vLLM alone
+    holds; the bug shows again, as the WARNING says."""
+    result = patch_probe(f"proof-fails-{order}")
+    assert result["kernel_state"] == dict.fromkeys(
+        ("impl", "register_overrides", "registry_entry", "kernel", "launcher_kernel"), True)
+    assert result["expand_registrations"] == 2  # the platform's, then the plugin's own
+    assert result["applied"] == [] and result["call_site_broken"] is True
+    assert any(line.startswith("WARNING vllm-specdec-plugin: the cpu-expand-kernel fix did not "
+                               "reach") for line in result["log"]), result["log"]
+
+
 def test_fixed_expand_matches_the_kernel_contract():
     torch = pytest.importorskip("torch")
     for dtype in (torch.float32, torch.int32, torch.int64):
@@ -116,9 +131,9 @@ def test_a_fix_that_does_not_reach_vllm_is_undone_and_reported(packages, plugin_
 
 @pytest.mark.parametrize(("version", "outside"), [
     ("0.30.0+cpu", False), ("0.32.0", False), ("0.29.9", True), ("0.33.1", False),
-    ("0.34.0", True),
-    ("1.0.0", True), (None, True)])
-def test_tested_vllm_range(version, outside):
+    ("0.31.0", True),  # between tested releases, tested by nothing
+    ("0.34.0", True), ("0.3.30", True), ("1.0.0", True), (None, True)])
+def test_tested_vllm_releases(version, outside):
     assert patching.untested_vllm(version) is outside
 
 
@@ -130,4 +145,4 @@ def test_untested_vllm_warns_once(monkeypatch, plugin_log):
     patching.warn_if_untested_vllm()
     patching.warn_if_untested_vllm()
     (warning,) = plugin_log.at(logging.WARNING)
-    assert "vLLM 0.99.0 is outside the versions" in warning and "0.30-0.33" in warning
+    assert "vLLM 0.99.0 is outside the versions" in warning and "(0.30, 0.32, 0.33)" in warning

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import logging
+
 import pytest
+from bounded import run_bounded
 
 from vllm_specdec_plugin.core.errors import SpecDecodeConfigError
+from vllm_specdec_plugin.core.limits import MAX_ANNOTATIONS_BYTES
 from vllm_specdec_plugin.core.settings import ANNOTATION_KEY, RUNTIME_KEY
+from vllm_specdec_plugin.inputs import annotations
 from vllm_specdec_plugin.inputs.annotations import parse_annotations, read_annotation, unquote_go
 from vllm_specdec_plugin.inputs.inference_config import (
     load_inference_config,
@@ -68,6 +74,62 @@ def test_default_file_missing_or_unreadable_means_absent(tmp_path, monkeypatch, 
                         str(default))
     annotation = read_annotation({"KAITO_ANNOTATIONS_FILE": ""}, ANNOTATION_KEY, "E")
     assert annotation.value is None and str(default) in annotation.source
+
+
+def oversized_default(tmp_path, monkeypatch, extra: int = 1):
+    """The default annotations file opting in, `extra` bytes over the bound."""
+    default = tmp_path / "annotations"
+    head = f'{ANNOTATION_KEY}="true"\n{RUNTIME_KEY}="vllm"\n'
+    default.write_text(head + "#" * (MAX_ANNOTATIONS_BYTES - len(head) + extra))
+    monkeypatch.setattr(annotations, "DEFAULT_ANNOTATIONS_FILE", str(default))
+    monkeypatch.setattr(annotations, "_said_oversized", set())
+    return default
+
+
+@pytest.mark.parametrize(("key", "env_name", "consequence"), [
+    (ANNOTATION_KEY, "KAITO_ENABLE_SPECULATIVE_DECODING", "speculative decoding stays off"),
+    (RUNTIME_KEY, "KAITO_RUNTIME", f"annotation {RUNTIME_KEY} reads as unset"),
+])
+def test_oversized_default_annotations_file_is_said_above_debug(tmp_path, monkeypatch,
+                                                                plugin_log, key, env_name,
+                                                                consequence):
+    """Not "not opted in" silently (issue 29 item 8): one WARNING line per process naming the
+    file, its size, the bound and what follows; the value still reads as unset."""
+    default = oversized_default(tmp_path, monkeypatch)
+    for _ in range(3):
+        assert read_annotation({"KAITO_ANNOTATIONS_FILE": ""}, key, env_name).value is None
+    said = [r.getMessage() for r in plugin_log.records if r.levelno > logging.DEBUG]
+    assert said == [
+        f"vllm-specdec-plugin: the downward-API annotations file {default} "
+        f"({MAX_ANNOTATIONS_BYTES + 1} bytes) is not read: {consequence}; the file is larger "
+        f"than {MAX_ANNOTATIONS_BYTES} bytes. Set {env_name} to give the annotation's value "
+        "instead"]
+    assert plugin_log.records[0].levelno == logging.WARNING
+
+
+def test_annotations_file_at_the_bound_is_read_without_a_word(tmp_path, monkeypatch,
+                                                              plugin_log):
+    oversized_default(tmp_path, monkeypatch, extra=0)
+    assert read_annotation({"KAITO_ANNOTATIONS_FILE": ""}, ANNOTATION_KEY, "E").opt_in == "on"
+    assert not [r for r in plugin_log.records if r.levelno > logging.DEBUG]
+
+
+def test_launcher_says_the_oversized_annotations_file_in_one_line(tmp_path, monkeypatch):
+    """What a user sees: the launcher's dry run in a process of its own (no test logging),
+    the default file pointed at an oversized one: the plan on stdout, one line on stderr."""
+    default = oversized_default(tmp_path, monkeypatch)
+    done = run_bounded(f"""
+        import sys
+        from vllm_specdec_plugin.inputs import annotations
+        from vllm_specdec_plugin.launcher import main
+        annotations.DEFAULT_ANNOTATIONS_FILE = {str(default)!r}
+        sys.exit(main(["--dry-run", "--platform", "cpu", "--model", "m"],
+                      {{"PATH": "", "KAITO_INFERENCE_CONFIG": ""}}))
+    """, memory_mib=4096, timeout_s=120)
+    assert done.returncode == 0, done
+    assert json.loads(done.stdout)["decision"]["enabled"] is False
+    said = [line for line in done.stderr.splitlines() if "vllm-specdec" in line]
+    assert len(said) == 1 and str(default) in said[0] and "stays off" in said[0], done
 
 
 @pytest.mark.parametrize("kind", ["missing", "directory"])

@@ -7,12 +7,8 @@ import json
 import pytest
 from test_launcher import dry_run, host_root
 
-from vllm_specdec_plugin.launcher.redact import (
-    REDACTED,
-    SECRET_DESTINATIONS,
-    redact_argv,
-    redact_value,
-)
+from vllm_specdec_plugin.core.redact import REDACTED, redact_uri
+from vllm_specdec_plugin.launcher.redact import SECRET_DESTINATIONS, redact_argv
 
 SERVE = ["vllm", "serve", "m"]
 
@@ -63,7 +59,7 @@ def test_without_vllms_parser_spellings_are_still_redacted():
     ("http://host/path@x", "http://host/path@x"),
 ])
 def test_url_credentials_with_at_signs(text, expected):
-    assert redact_value(text) == expected
+    assert redact_uri(text) == expected
 
 
 def test_secret_embedded_in_another_value_is_redacted():
@@ -80,6 +76,31 @@ def test_dry_run_hides_every_spelling(capsys, tmp_path):
     assert rc == 0 and plan is not None, err
     text = json.dumps(plan)
     assert "SECRET" not in text and "p@ss" not in text
+
+
+MODEL_URIS = ["s3://AKIAEXAMPLE:SECRET1/x@bucket/m", "https://user:SECRET1@host/m",
+              "https://SECRET1@host/m", "gs://SECRET1@bucket/m", "hf://org/m?token=SECRET1",
+              "https://host/m?X-Amz-Signature=SECRET1", "org/m?%74oken=SECRET1"]
+
+
+@pytest.mark.parametrize("served", [[], ["--served-model-name", "Qwen/Qwen3.5-4B"]])
+@pytest.mark.parametrize("opt_in", ["true", "false"])
+@pytest.mark.parametrize("model", MODEL_URIS)
+def test_dry_run_hides_credentials_in_the_model(capsys, tmp_path, model, opt_in, served):
+    """The model reaches argv, the decision's preset (the model's name where no preset
+    matched) and a warning quoting it (a served name that is a preset's, a hub-id model);
+    none of them shows the secret (issue 29 item 8)."""
+    root, path = host_root(tmp_path, "cpu")
+    rc, plan, err = dry_run(capsys, root, path, "--model", model, "--", *served,
+                            env={"KAITO_ENABLE_SPECULATIVE_DECODING": opt_in})
+    assert rc == 0 and plan is not None, err
+    assert "SECRET1" not in json.dumps(plan) + err
+    assert plan["argv"][2] == redact_uri(model) and REDACTED in plan["argv"][2]
+    if opt_in == "true" and not served:
+        assert plan["decision"]["preset"] == redact_uri(model)
+    if opt_in == "true" and served and model.startswith("org/"):
+        assert any("--model 'org/m?%74oken=<redacted>'" in warning
+                   for warning in plan["decision"]["warnings"]), plan["decision"]
 
 
 def test_vllms_parser_tells_which_values_feed_a_secret_destination():

@@ -76,6 +76,7 @@ class _FakeTree:
     def __init__(self) -> None:
         self.asked: list[int] = []
         self.active_requests: set[int] = set()
+        self.cached_requests: set[int] = set()  # no cross-request tree
 
     def start_request(self, uid, prompt):
         self.active_requests.add(uid)
@@ -152,3 +153,79 @@ def test_real_suffix_tree_drafts_a_repeated_stretch(monkeypatch):
     suffix = found[0].get("suffix")
     assert suffix is not None and suffix.tokens[:4] == stretch[6:10]
     assert state.suffix_synced == len(prompt)  # its tree brought up to date from the array
+
+
+needs_arctic = pytest.mark.skipif(candidates_module.suffix_cache() is None,
+                                  reason="arctic_inference not installed")
+
+
+@needs_arctic
+def test_suffix_tree_gets_at_most_the_prompts_last_tokens(monkeypatch):
+    """Issue 29 item 8: the per-request build on the worker's critical path is bounded."""
+    monkeypatch.setattr(candidates_module, "vllm_ngram_matcher", lambda: None)
+    bound = 64
+    finder = CandidateFinder(2, 8, 4096, prompt_tokens=bound)
+    given: dict[int, list[int]] = {}
+    real_start = finder.suffix.start_request
+
+    def start_request(uid, prompt):
+        given[uid] = prompt.tolist()
+        real_start(uid, prompt)
+
+    monkeypatch.setattr(finder.suffix, "start_request", start_request)
+    rng = np.random.default_rng(2)
+    tokens = rng.integers(0, 1000, (2, 4096)).astype(np.int32)
+    states: list[RowState | None] = [RowState(uid=0, prompt_len=1000),
+                                     RowState(uid=1, prompt_len=40)]
+    finder.find([0, 1], states, np.array([1003, 41], np.int32), tokens, cycle=0)
+    assert given[0] == tokens[0, 1000 - bound:1000].tolist()  # the prompt's last `bound`
+    assert given[1] == tokens[1, :40].tolist()  # a shorter prompt: whole, as before
+    assert [s.suffix_synced for s in states if s] == [1003, 41]  # responses from prompt_len
+    assert CandidateFinder(1, 8, 1024).prompt_tokens == candidates_module.SUFFIX_PROMPT_TOKENS
+
+
+@needs_arctic
+@pytest.mark.parametrize("count_bound", ["", "4"])
+def test_cached_tokens_stay_within_the_bound(monkeypatch, count_bound):
+    """Many requests with answers of every length: the response tokens in the cross-request
+    tree (counted from what each request gave it, not from the finder's own ledger) never
+    exceed the bound, the newest requests are the ones kept, and the request count bound
+    (arctic_inference's own eviction) still holds beside it."""
+    monkeypatch.setattr(candidates_module, "vllm_ngram_matcher", lambda: None)
+    monkeypatch.setenv("VLLM_SPECDEC_ADAPTIVE_SUFFIX_CACHE", count_bound)
+    bound, rows, width = 400, 4, 512
+    finder = CandidateFinder(rows, 8, width, max_cached_tokens=bound)
+    rng = np.random.default_rng(3)
+    tokens = rng.integers(0, 50, (rows, width)).astype(np.int32)
+    counts = np.zeros(rows, np.int32)
+    ends = np.zeros(rows, np.int32)
+    states: list[RowState | None] = [None] * rows
+    answered: dict[int, int] = {}  # uid -> response tokens it gave the tree
+    uid = 0
+    for cycle in range(2500):
+        for i in range(rows):
+            state = states[i]
+            if state is None or counts[i] >= ends[i]:
+                if state is not None:
+                    finder.stop(state)
+                prompt = int(rng.integers(5, 60))
+                states[i] = RowState(uid=uid, prompt_len=prompt)
+                counts[i], ends[i] = prompt, prompt + int(rng.integers(1, 120))
+                tokens[i] = rng.integers(0, 50, width)
+                uid += 1
+            counts[i] = min(ends[i], counts[i] + int(rng.integers(1, 4)))
+        finder.find(list(range(rows)), states, counts, tokens, cycle)
+        for state in states:
+            assert state is not None
+            if state.suffix_synced >= 0:
+                answered[state.uid] = state.suffix_synced - state.prompt_len
+        kept = list(finder.suffix.cached_requests)
+        assert sum(answered.get(u, 0) for u in kept) <= bound
+        # its ledger is exact: what arctic_inference evicted by count is forgotten too
+        assert finder.cached_tokens == sum(answered.get(u, 0) for u in kept)
+        if count_bound:
+            assert len(kept) <= int(count_bound)
+    assert uid > 200 and sum(answered.values()) > 20 * bound  # many requests, many tokens
+    kept = sorted(finder.suffix.cached_requests)
+    assert kept and kept[-1] >= uid - rows  # the newest are kept, the oldest evicted
+    assert sum(answered[u] for u in kept) > bound / 4  # the cache is used, not emptied

@@ -43,7 +43,7 @@ class Simulated:
     """A batch of `rows` requests; `copying(row)` says whether a new request copies its prompt."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, rows: int, copying, k: int = 8,
-                 seed: int = 0) -> None:
+                 seed: int = 0, ids: bool = False) -> None:
         self.clock = Clock()
         monkeypatch.setattr(proposer_module.time, "perf_counter", self.clock)
         self.rng = random.Random(seed)
@@ -56,18 +56,31 @@ class Simulated:
         self.sampled: list[list[int]] = [[] for _ in range(rows)]
         self.accepted = 0
         self.drafted = 0
+        self.queue: list[tuple[list[int], list[int]]] = []
+        """(prompt, continuation) of the next requests to load, before random ones."""
+        self.req_ids: list[str | None] = [None] * rows
+        self.requests: dict[str, SimpleNamespace] = {}
+        if ids:  # as engine/request_limits.py gives them: the runner's own list and dict
+            self.drafter.request_limits = (self.req_ids, self.requests)
         for row in range(rows):
             self.load(row)
 
     def load(self, row: int) -> None:
-        prompt = [self.rng.randrange(VOCAB) for _ in range(200)]
-        if self.copying(row):
-            start = self.rng.randrange(100)
-            truth = prompt[start:start + 96]
+        if self.queue:
+            prompt, truth = self.queue.pop(0)
         else:
-            truth = [self.rng.randrange(VOCAB) for _ in range(96)]
-        self.token_ids[row, :200] = prompt
-        self.num_tokens[row] = 200
+            prompt = [self.rng.randrange(VOCAB) for _ in range(200)]
+            if self.copying(row):
+                start = self.rng.randrange(100)
+                truth = prompt[start:start + 96]
+            else:
+                truth = [self.rng.randrange(VOCAB) for _ in range(96)]
+        req_id = f"req-{len(self.requests)}"  # vLLM: a new id for every request
+        self.req_ids[row] = req_id
+        self.requests[req_id] = SimpleNamespace(
+            num_prompt_tokens=len(prompt), sampling_params=SimpleNamespace(max_tokens=len(truth)))
+        self.token_ids[row, :len(prompt)] = prompt
+        self.num_tokens[row] = len(prompt)
         self.truth[row], self.emitted[row] = truth, 0
         self.append(row, truth[:1])
 
@@ -276,11 +289,8 @@ def test_the_stats_file_ends_with_the_last_call(monkeypatch, tmp_path):
 def test_no_draft_reaches_past_the_requests_last_token(monkeypatch):
     """Given the runner's requests (engine/request_limits.py), a copying request near its
     max_tokens drafts only what it can still emit: vLLM would verify the rest and drop it."""
-    sim = Simulated(monkeypatch, rows=4, copying=lambda row: True)
+    sim = Simulated(monkeypatch, rows=4, copying=lambda row: True, ids=True)
     end = 200 + 96  # every simulated request: a 200-token prompt, then 96 tokens
-    limit = SimpleNamespace(num_prompt_tokens=200, sampling_params=SimpleNamespace(max_tokens=96))
-    sim.drafter.request_limits = ([f"r{row}" for row in range(4)],
-                                  {f"r{row}": limit for row in range(4)})
     binding = 0
     for _ in range(200):
         counts = sim.num_tokens.copy()
