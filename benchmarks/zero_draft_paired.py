@@ -19,7 +19,8 @@ way per batch size is not counted.
 
 Prints `PAIRED {json}` and writes it to `--out` if given: per batch size, the median paired
 ratio (output tok/s with the shortcuts over without) with its 90% bootstrap interval
-(`benchmarks/stats.py`), every block's tok/s, the zero-draft steps the plain sampler took in
+(`benchmarks/stats.py`), every block's tok/s (`--aa`: both arms keep the shortcuts, the
+design's own noise), the zero-draft steps the plain sampler took in
 the blocks of each kind (must be > 0 with the shortcuts, 0 without: the toggle reached vLLM),
 and whether the tokens were identical both ways (greedy: they must be). A single-process
 measurement: run it alone on the host.
@@ -57,6 +58,8 @@ class Shortcuts:
             raise SystemExit(f"the plugin did not apply {missing} in this engine: nothing to "
                              "compare (is the plugin installed, and this vLLM a V1 runner?)")
         self.applied = {name: patching._applied[name] for name in zero_draft.NAMES}
+        self.aa = False
+        """A/A: both arms keep the shortcuts (the design's own noise)."""
 
     def set(self, on: bool) -> None:
         for name, record in self.applied.items():
@@ -72,7 +75,7 @@ class Shortcuts:
 
 def run_block(llm: Any, inputs: list[dict[str, Any]], params: Any, shortcuts: Shortcuts,
               on: bool) -> dict[str, Any]:
-    shortcuts.set(on)
+    shortcuts.set(on or shortcuts.aa)
     plain_before = shortcuts.plain_steps()
     start = time.perf_counter()
     outputs = llm.generate(inputs, params, use_tqdm=False)
@@ -121,6 +124,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--model", help="a checkpoint directory (default: SmolLM2-135M, "
                         "built by benchmarks/smollm2.py on first use)")
     parser.add_argument("--out", help="also write the JSON result here")
+    parser.add_argument("--aa", action="store_true",
+                        help="A/A run: both arms keep the shortcuts (the design's noise)")
     args = parser.parse_args(argv)
     try:
         batches = sorted({int(b) for b in args.batches.split(",")})
@@ -142,11 +147,12 @@ def main(argv: Sequence[str] | None = None) -> int:
               max_model_len=2048, max_num_seqs=max(batches),
               speculative_config=dict(NGRAM_IDLE_SPEC))
     shortcuts = Shortcuts()
+    shortcuts.aa = args.aa
     params = SamplingParams(temperature=0.0, max_tokens=args.steps, ignore_eos=True)
     inputs = open_ended_inputs(llm.get_tokenizer(), max(batches))
     result: dict[str, Any] = {
         "model": Path(model).name, "speculative_config": NGRAM_IDLE_SPEC,
-        "pairs": args.pairs, "steps": args.steps, "level": LEVEL,
+        "pairs": args.pairs, "steps": args.steps, "level": LEVEL, "aa": args.aa,
         "load_average_before": os.getloadavg()[0], "by_batch": {}}
     for batch in batches:
         result["by_batch"][str(batch)] = measure_batch(llm, inputs[:batch], params, shortcuts,

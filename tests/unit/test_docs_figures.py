@@ -129,6 +129,8 @@ def table_problems(table: Table) -> list[str]:
     if missing:
         return [f"{table.where}: cites {name}, which has no benchmarks/results/{name}.json"
                 for name in missing]
+    if all("by_batch" in result(name) for name in cited):
+        return by_batch_problems(table, list(dict.fromkeys(_RESULT_REF.findall(table.above))))
     columns = {i: int(m.group(1)) for i, head in enumerate(table.header)
                if (m := re.fullmatch(r"c=(\d+)", label_of(head)))}
     against_column = next((i for i, head in enumerate(table.header)
@@ -170,6 +172,31 @@ def table_problems(table: Table) -> list[str]:
             if bold_marks_misses and entry.get("met") is not None and bold != (not entry["met"]):
                 problems.append(f"{where}: c={concurrency} is {'' if bold else 'not '}bold but "
                                 f"{name}.json says met={entry['met']}")
+    return problems
+
+
+def by_batch_problems(table: Table, cited: list[str]) -> list[str]:
+    """A one-engine paired run's table (`benchmarks/zero_draft_paired.py`): a row per batch
+    size, its n-th `ratio [low, high]` column from the n-th file cited above it."""
+    problems = []
+    for line, cells in table.rows:
+        where = f"{table.where.split(':')[0]}:{line}"
+        figures = [cell for cell in cells[1:] if _CELL.match(cell)]
+        if len(figures) != len(cited):
+            problems.append(f"{where}: {len(figures)} figures for {len(cited)} cited files")
+            continue
+        for name, cell in zip(cited, figures, strict=True):
+            entry = result(name)["by_batch"].get(label_of(cells[0]))
+            match = _CELL.match(cell)
+            assert match is not None
+            median, low, high = match.group(2, 4, 5)
+            if entry is None or entry["interval"] is None:
+                problems.append(f"{where}: batch {cells[0]} has no interval in {name}.json")
+                continue
+            if not (same(median, entry["median_ratio"]) and same(low, entry["interval"][0])
+                    and same(high, entry["interval"][1])):
+                problems.append(f"{where}: quotes {median} [{low}, {high}], {name}.json has "
+                                f"{entry['median_ratio']} {entry['interval']}")
     return problems
 
 
