@@ -61,18 +61,27 @@ def main() -> None:
     if case.startswith("proof-fails-"):
         proof_fails(case.removeprefix("proof-fails-"), register_kernels, lines)
         return
-    shipped = None
-    if case == "plugin-first":
-        fixes.apply_fixes()
-        register_kernels()
-    else:
-        register_kernels()
-        shipped = bugs()
-        fixes.apply_fixes()
+    shipped = in_order(case, register_kernels, bugs)
     again = fixes.apply_fixes()
     print("PROBE " + json.dumps({"shipped": shipped, "after": bugs(),
                                  "applied": fixes.applied_fixes(), "applied_again": again,
                                  "log": lines.lines}))
+
+
+def in_order(order: str, register_kernels, between):
+    """Apply the plugin's fixes before the platform registers its kernels ("plugin-first")
+    or after; in the second order `between()` runs between the two and its value is returned
+    (None in the first)."""
+    from vllm_specdec_plugin.engine import fixes
+
+    if order == "plugin-first":
+        fixes.apply_fixes()
+        register_kernels()
+        return None
+    register_kernels()
+    found = between()
+    fixes.apply_fixes()
+    return found
 
 
 def kernel_state() -> dict:
@@ -113,14 +122,8 @@ def proof_fails(order: str, register_kernels, lines: Lines) -> None:
         return True
 
     fixes.expand_is_broken_where_vllm_calls_it = reports_broken
-    before = kernel_state()
-    if order == "plugin-first":
-        fixes.apply_fixes()
-        register_kernels()
-    else:
-        register_kernels()
-        before = kernel_state()
-        fixes.apply_fixes()
+    before = kernel_state()  # plugin-first: before anything; else once vLLM registered
+    before = in_order(order, register_kernels, kernel_state) or before
     after = kernel_state()
     expected = dict(before)
     if order == "plugin-first":  # what the platform's registration does without the plugin

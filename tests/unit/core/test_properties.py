@@ -137,7 +137,11 @@ def test_decision_invariants(annotation, engine, caps, file_config):
         return
     if decision.enabled:  # the user's model_impl, but where RBLN or the method needs "vllm"
         asked = engine.model_impl or "auto"
-        forced = caps.vllm_model_impl_only is not None or needs_native_target(decision.method)
+        # A method needing vLLM's own target keeps "auto" where vLLM's registry lists the
+        # architecture ("auto" resolves to the same class there).
+        forced = caps.vllm_model_impl_only is not None or (
+            needs_native_target(decision.method)
+            and not (asked == "auto" and caps.vllm_serves_target))
         assert decision.model_impl == ("vllm" if forced else asked)
         said = [w for w in decision.warnings if w.startswith("model_impl ")]
         assert len(said) == (decision.model_impl != asked)  # every change said, once
