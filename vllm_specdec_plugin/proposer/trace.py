@@ -30,6 +30,7 @@ from vllm_specdec_plugin.proposer.acceptance import (
     RowEvidence,
     token_values,
 )
+from vllm_specdec_plugin.proposer.stats import FILE_MODE
 
 MAX_RECORDS = 200_000
 
@@ -69,11 +70,11 @@ class TraceWriter:
 
 
 def open_for_append(path: str) -> IO[str]:
-    """`path` opened to append lines (created 0644), never through a link, never a FIFO or
+    """`path` opened to append lines (created `FILE_MODE`), never through a link, never a FIFO or
     device: line-buffered, as vLLM's workers may be killed and a trace is for diagnosis."""
     flags = (os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
              | getattr(os, "O_CLOEXEC", 0))
-    fd = os.open(path, flags, 0o644)
+    fd = os.open(path, flags, FILE_MODE)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(f"{path} is not a regular file")
