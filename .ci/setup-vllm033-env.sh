@@ -15,7 +15,7 @@
 #                    humming-kernels: CUDA kernels and media decoders that only a GPU worker
 #                    loads; none is imported while the engine config is built.
 #   the CUDA driver  vLLM's CudaPlatform module imports its compiled ops (vllm._C_stable_libtorch,
-#                    linked against libcuda.so.1 and libtorch_cuda.so). tests/vllm033_probe.py
+#                    linked against libcuda.so.1 and libtorch_cuda.so). tests/support/vllm033_probe.py
 #                    replaces that one extension module by an empty one and runs vLLM 0.33's own
 #                    CudaPlatform class with its device queries answered as an 8x H100 host
 #                    (capability 9.0, 80 GiB): check_and_update_config, the async-scheduling

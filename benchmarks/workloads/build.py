@@ -1,8 +1,8 @@
 """Build the benchmark workloads as JSON data, deterministically (fixed seed, no clock).
 
-`python -m benchmarks.workloads.build` rewrites `benchmarks/workloads/*.json`; running it twice
-gives byte-identical files. Every prompt is a chat (a list of messages); the harness renders it
-with the model's chat template. Three workloads:
+`python -m benchmarks workloads` (or `python -m benchmarks.workloads.build`) rewrites
+`benchmarks/workloads/*.json`; running it twice gives byte-identical files. Every prompt is a
+chat (a list of messages); the harness renders it with the model's chat template. Three workloads:
 
 - input_grounded: code edits, rewrites and summaries of text given in the prompt (the answer
   copies from the prompt: n-gram and suffix drafts should be accepted often);
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -172,13 +172,17 @@ def build(name: str) -> dict[str, Any]:
                         for i, chat in enumerate(chats)]}
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> int:
     """Write every workload to `benchmarks/workloads/<name>.json`."""
+    import argparse
+
+    argparse.ArgumentParser(description=main.__doc__).parse_args(argv)
     for name in WORKLOADS:
         path = HERE / f"{name}.json"
         path.write_text(json.dumps(build(name), indent=1, ensure_ascii=False) + "\n")
         print(path)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -1,6 +1,6 @@
 """The RBLN rules, checked against vllm-rbln 0.12's own code (run in .venv-rbln).
 
-Each case runs tests/rbln_probe.py in a fresh .venv-rbln process: vLLM 0.30 with the real
+Each case runs tests/support/rbln_probe.py in a fresh .venv-rbln process: vLLM 0.30 with the real
 vllm-rbln platform, config hooks and model runner; only the proprietary compiler is a stand-in.
 """
 
@@ -31,7 +31,8 @@ def probe(case: str, model: Path, env: dict, engine_args: dict | None = None) ->
     for key in ("_VLLM_RBLN_RESOLVED_MODEL_IMPL", "VLLM_RBLN_USE_VLLM_MODEL", "RBLN_DEVICES"):
         base.pop(key, None)  # vllm-rbln reads a parent's choices from these
     env = {**base, **env, "PROBE_ENGINE_ARGS": json.dumps(engine_args or {})}
-    done = subprocess.run([str(RBLN_PYTHON), str(TESTS / "rbln_probe.py"), case, str(model)],
+    probe_script = TESTS / "support" / "rbln_probe.py"
+    done = subprocess.run([str(RBLN_PYTHON), str(probe_script), case, str(model)],
                           capture_output=True, text=True, env=env, timeout=600, check=False)
     lines = [line[6:] for line in done.stdout.splitlines() if line.startswith("PROBE ")]
     assert lines, f"probe {case} printed nothing:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"

@@ -1,10 +1,11 @@
 """The plugin against vLLM 0.33.0's own code (what GPU hosts run), in .venv-vllm033.
 
-tests/vllm033_probe.py runs the plugin's hook inside vLLM 0.33's `EngineArgs.create_engine_config`
-on tiny checkpoints, on vLLM 0.33's CpuPlatform and on its own CudaPlatform class (an 8x H100
-host stood in for the driver; .ci/setup-vllm033-env.sh lists every stand-in). Each case asserts
-what vLLM 0.33 resolved: method, k, whether the schedule survived, async scheduling, model
-runner (V1/V2) and cudagraph_mode. All cases of a platform share one process.
+tests/support/vllm033_probe.py runs the plugin's hook inside vLLM 0.33's
+`EngineArgs.create_engine_config` on tiny checkpoints, on vLLM 0.33's CpuPlatform and on its own
+CudaPlatform class (an 8x H100 host stood in for the driver; .ci/setup-vllm033-env.sh lists every
+stand-in). Each case asserts what vLLM 0.33 resolved: method, k, whether the schedule survived,
+async scheduling, model runner (V1/V2) and cudagraph_mode. All cases of a platform share one
+process.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from checkpoints import build_eagle3_draft, build_eagle_draft, build_mtp_target
 from conftest import TESTS, clean_env, needs_venv, sibling_venv_python
+from support.checkpoints import build_eagle3_draft, build_eagle_draft, build_mtp_target
+from support.controller_checks import check_contract, contract
 
 VLLM033_PYTHON = sibling_venv_python("VLLM033_VENV", ".venv-vllm033")
 pytestmark = [pytest.mark.engine, needs_venv(VLLM033_PYTHON, ".ci/setup-vllm033-env.sh")]
@@ -83,7 +85,8 @@ def probe(platform: str, cases: list[dict], tmp: Path) -> dict[str, dict]:
     env = clean_env(tmp=tmp)
     if platform == "cpu":
         env["VLLM_TARGET_DEVICE"] = "cpu"
-    done = subprocess.run([str(VLLM033_PYTHON), str(TESTS / "vllm033_probe.py"), platform,
+    probe_script = TESTS / "support" / "vllm033_probe.py"
+    done = subprocess.run([str(VLLM033_PYTHON), str(probe_script), platform,
                            json.dumps(cases)], capture_output=True, text=True, env=env,
                           timeout=400, check=False)
     results = {}
@@ -221,3 +224,12 @@ def test_cuda_data_parallel_2_static(cuda):
     assert any("data parallelism" in n for n in result["decision"]["notes"])
     assert resolved(result)[:3] == ("ngram", 5, None)
     assert resolved(result)[4:] == ("V2", FULL)
+
+
+def test_schedule_controller_contract_on_vllm_033(tiny_llama, tmp_path):
+    """vLLM 0.33's own Scheduler and AsyncScheduler run the controller's wrappers: each step's
+    `num_spec_tokens_to_schedule` is the k the controller wrote, only k values of the dense
+    lookup are written, and Model Runner V2 reads that field and captures a graph per value."""
+    found = contract(str(VLLM033_PYTHON), str(tiny_llama), tmp_path)
+    check_contract(found)
+    assert found["mrv2_reads"] is True and found["mrv2_captures_dense_lookup"] is True

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from vllm_specdec_plugin.cli.status_text import LOW_ACCEPTANCE
+from vllm_specdec_plugin.cli.status_figures import LOW_ACCEPTANCE
 
 MONITORING = Path(__file__).resolve().parents[2] / "launch" / "monitoring"
 

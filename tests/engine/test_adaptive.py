@@ -90,8 +90,9 @@ def test_each_request_gets_a_fresh_history_when_it_reuses_a_row(engines, batch):
 
 
 def test_the_runner_tells_the_proposer_where_each_request_stops(engines, batch):
-    """engine/request_limits.py reached the runner vLLM runs: every request's max_tokens came
-    with it (the proposer drafts nothing past it: tests/unit/proposer/test_proposer.py)."""
+    """The adaptive-request-limits change (engine/changes/worker_gpu_model_runner.py) reached
+    the runner vLLM runs: every request's max_tokens came with it (the proposer drafts nothing
+    past it: tests/unit/proposer/test_proposer.py)."""
     plain, adaptive, stats = engines
     assert stats["limited_requests"] == stats["requests"] == len(batch[0])
     assert "[adaptive-request-limits]" in adaptive["log"]
@@ -120,7 +121,7 @@ def phases(tiny_llama, prompts, tmp_path_factory):
 def test_dormant_on_unpredictable_text_and_awake_on_copying_text(phases):
     """From the proposer's own counters: it goes dormant while only the unpredictable requests
     run, and wakes within a bounded number of cycles of the first copying request."""
-    from vllm_specdec_plugin.proposer.control import DORMANT_AFTER, PROBE_EVERY
+    from vllm_specdec_plugin.proposer.params import ADAPTIVE_PARAMS
 
     _, stats = phases
     events, starts = stats["events"], stats["request_cycles"]
@@ -128,10 +129,10 @@ def test_dormant_on_unpredictable_text_and_awake_on_copying_text(phases):
     assert dormant and dormant[0]["requests"] <= len(OPEN_ENDED), events
     first_copy = starts[len(OPEN_ENDED)]
     assert dormant[0]["cycle"] < first_copy
-    assert dormant[0]["cycle"] <= DORMANT_AFTER + 64, events
+    assert dormant[0]["cycle"] <= ADAPTIVE_PARAMS.dormant_after + 64, events
     woke = [e for e in events if e["state"] == "awake" and e["cycle"] >= first_copy]
     assert woke, events
-    assert woke[0]["cycle"] - first_copy <= 4 * PROBE_EVERY + 16, (events, starts)
+    assert woke[0]["cycle"] - first_copy <= 4 * ADAPTIVE_PARAMS.probe_every + 16, (events, starts)
     assert stats["dormant_cycles"] > 0 and stats["awake_cycles"] > 0
     assert stats["us_per_row_dormant"] is not None
 

@@ -1,5 +1,6 @@
-"""The paired benchmark harness: `benchmarks/run.py --quick` on the tiny checkpoint (shape, not
-timings), plus its data and arithmetic."""
+"""The benchmarks: the paired harness's quick run on the tiny checkpoint (`python -m benchmarks
+paired --quick`: shape, not timings), its data and arithmetic, and the one way to run them all
+(`benchmarks/__main__.py`)."""
 
 from __future__ import annotations
 
@@ -14,17 +15,14 @@ from typing import Any
 import pytest
 from conftest import clean_env
 
-from benchmarks import run
-from benchmarks.configs import BASELINE, CONFIGURATIONS, NULL_SPEC, by_name
-from benchmarks.null_proposer import CLASS_PATH, NullProposer
-from benchmarks.stats import (
-    bootstrap_median_interval,
-    first_difference,
-    percentile,
-    spec_figures,
-    summarize_cell,
-    target,
-)
+from benchmarks.lib.null_proposer import CLASS_PATH, NullProposer
+from benchmarks.lib.stats import bootstrap_median_interval, first_difference, percentile
+from benchmarks.lib.workloads import load_workload
+from benchmarks.paired import run
+from benchmarks.paired.configs import BASELINE, CONFIGURATIONS, NULL_SPEC, by_name
+from benchmarks.paired.engine_client import placement
+from benchmarks.paired.figures import spec_figures, summarize_cell
+from benchmarks.paired.targets import target
 from benchmarks.workloads.build import WORKLOADS, build
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,10 +37,10 @@ CELL_KEYS = {"workload", "concurrency", "pairs", "ratio_median", "ratio_interval
 
 @pytest.fixture(scope="module")
 def quick_result(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """`run.py --quick` (none vs plugin) on the tiny Llama: the result JSON (dir under "_out")."""
+    """`paired --quick` (none vs plugin) on the tiny Llama: the result JSON (dir under "_out")."""
     out = tmp_path_factory.mktemp("bench-results")
     done = subprocess.run(
-        [sys.executable, "benchmarks/run.py", "--quick", "--model", str(tiny_llama),
+        [sys.executable, "-m", "benchmarks", "paired", "--quick", "--model", str(tiny_llama),
          "--out", str(out), "--settle", "0.3"],
         cwd=REPO, env=clean_env(tmp=out), capture_output=True, text=True,
         timeout=QUICK_TIMEOUT_S, check=False)
@@ -59,9 +57,9 @@ def test_quick_run_writes_paired_cells(quick_result: dict[str, Any]) -> None:
         "# Paired benchmark: none-vs-plugin")
     assert (out / "none-vs-plugin.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert meta["quick"] is True and meta["concurrency"] == [1, 4] and meta["pairs"] == 2
-    assert meta["command"].startswith("python benchmarks/run.py --quick --model ")
+    assert meta["command"].startswith("python -m benchmarks paired --quick --model ")
     assert meta["kind"] == "plugin"
-    pinned = run.placement(sorted(os.sched_getaffinity(0)))
+    pinned = placement(sorted(os.sched_getaffinity(0)))
     assert meta["placement"] == (None if pinned is None else {
         "worker_cpus": pinned[0], "frontend_cpus": sorted(pinned[1])})
     cells = quick_result["cells"]
@@ -205,15 +203,15 @@ def test_adaptive_targets_are_issue_22s_by_baseline() -> None:
 
 
 def test_placement_pins_both_engines_alike() -> None:
-    assert run.placement([0, 1]) == ("0", {1})
-    assert run.placement([0, 1, 2, 3]) == ("0,1,2", {3})
-    assert run.placement([5]) is None
+    assert placement([0, 1]) == ("0", {1})
+    assert placement([0, 1, 2, 3]) == ("0,1,2", {3})
+    assert placement([5]) is None
     assert run.parse_args([]).pin and not run.parse_args(["--no-pin"]).pin
     assert run.parse_args([]).settle > 1.0  # past vLLM's 1 s shared-memory busy loop
 
 
 def test_cpu_time_ratio_and_the_a_bursts_spread() -> None:
-    from benchmarks.stats import cpu_ratio
+    from benchmarks.paired.figures import cpu_ratio
 
     a1, a2 = {"tokens_per_cpu_s": 10.0}, {"tokens_per_cpu_s": 30.0}
     assert cpu_ratio(a1, {"tokens_per_cpu_s": 22.0}, a2) == pytest.approx(1.1)
@@ -224,7 +222,7 @@ def test_cpu_time_ratio_and_the_a_bursts_spread() -> None:
 
 
 def test_mixed_workload_alternates_copying_and_open_ended_prompts() -> None:
-    mixed = run.load_workload("mixed")
+    mixed = load_workload("mixed")
     ids = [p["id"] for p in mixed["prompts"][:4]]
     assert ids[0].startswith("input_grounded") and ids[1].startswith("open_ended")
     assert ids[2].startswith("input_grounded") and ids[3].startswith("open_ended")
@@ -232,7 +230,7 @@ def test_mixed_workload_alternates_copying_and_open_ended_prompts() -> None:
 
 
 def test_results_are_pooled_per_concurrency_and_can_be_re_reported(tmp_path: Path) -> None:
-    from benchmarks import report
+    from benchmarks.paired import report
 
     cells = [{"workload": w, "concurrency": 4, "ratios": ratios}
              for w, ratios in (("x", [0.9, 1.0, 1.1]), ("y", [1.0, 1.2, 1.3]))]
@@ -258,3 +256,25 @@ def test_smollm2_cached_checkpoint_is_instant(tmp_path: Path,
     assert smollm2.ensure_smollm2(tmp_path) == target_dir
     monkeypatch.setenv(smollm2.ENV_CACHE, str(tmp_path))
     assert smollm2.ensure_smollm2() == target_dir
+
+
+def test_every_benchmark_runs_through_one_command(capsys: pytest.CaptureFixture[str]) -> None:
+    """`python -m benchmarks --list` names every registered benchmark; each row's module has
+    `main(argv)`, and every module of the groups with a `main` is registered."""
+    import importlib
+
+    from benchmarks.__main__ import BENCHMARKS, by_name, main
+
+    assert main(["--list"]) == 0
+    listed = capsys.readouterr().out
+    for benchmark in BENCHMARKS:
+        assert f"  {benchmark.name}  " in listed and benchmark.summary in listed
+        assert callable(importlib.import_module(benchmark.module).main), benchmark
+    assert by_name("zero-draft-paired") == by_name("zero_draft_paired") is not None
+    assert main(["no-such-benchmark"]) == 2
+    modules = {b.module for b in BENCHMARKS}
+    for group in ("paired", "probes", "reliability"):
+        for path in sorted((REPO / "benchmarks" / group).glob("*.py")):
+            module = f"benchmarks.{group}.{path.stem}"
+            if path.stem != "engine" and "\ndef main(" in path.read_text():
+                assert module in modules, f"{module} has a main but no row in BENCHMARKS"

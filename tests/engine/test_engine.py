@@ -34,11 +34,14 @@ def test_opt_in_runs_kaito_ngram_with_identical_tokens(tiny_llama, prompts, base
 
 
 def test_schedule_stops_drafting_at_saturation(tiny_llama, prompts, tmp_path):
-    """12 requests decoding in lockstep (batch 12, above the schedule's 8): the plugin's default
-    drafts nothing; the same batch with the static config (VLLM_SPECDEC_SCHEDULE=off) drafts."""
+    """12 requests decoding in lockstep (batch 12, above the schedule's 8): the fixed table
+    (VLLM_SPECDEC_SCHEDULE=static, the schedule controller off) drafts nothing; the same batch
+    with the static config (VLLM_SPECDEC_SCHEDULE=off) drafts. The controller's own runs:
+    tests/engine/test_schedule_controller.py."""
     batch = (prompts * 12)[:12]
     llm = {"model": str(tiny_llama)}
-    scheduled = run_engine(llm, batch, clean_env(OPT_IN, tmp_path), max_tokens=24)
+    scheduled = run_engine(llm, batch, clean_env({**OPT_IN, "VLLM_SPECDEC_SCHEDULE": "static"},
+                                                 tmp_path), max_tokens=24)
     static = run_engine(llm, batch, clean_env({**OPT_IN, "VLLM_SPECDEC_SCHEDULE": "off"},
                                               tmp_path), max_tokens=24)
     assert scheduled["speculative_config"]["num_speculative_tokens_per_batch_size"][-1][2] == 0
@@ -66,7 +69,7 @@ def test_shipped_manifest_with_the_annotation_removed_starts_without_speculation
     """launch/k8s/deployment.yaml's env with the opt-in annotation removed: the downward API
     sets KAITO_ENABLE_SPECULATIVE_DECODING to "", the annotations file has no opt-in key; the
     engine starts with exactly vLLM's own config (it refused to start before)."""
-    from manifests import K8S, pod_view
+    from support.manifests import K8S, pod_view
 
     env = pod_view(K8S / "deployment.yaml", tmp_path,
                    {"kaito.sh/enable-speculative-decoding": None})
@@ -111,7 +114,7 @@ def test_explicit_async_scheduling_with_ngram_starts(tiny_llama, tmp_path):
 
 
 def test_bad_annotation_refuses_to_start(tiny_llama, tmp_path):
-    """`LLM()` inside `try/except Exception` (tests/engine_run.py) is handed the error."""
+    """`LLM()` inside `try/except Exception` (tests/support/engine_run.py) is handed the error."""
     result = run_engine({"model": str(tiny_llama)}, [],
                         clean_env({"KAITO_ENABLE_SPECULATIVE_DECODING": "yes"}, tmp_path))
     assert result["error_type"] == "SpecDecodeConfigError" and result["is_value_error"]

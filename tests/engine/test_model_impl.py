@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from checkpoints import build_eagle_draft, build_tiny_helium
 from conftest import clean_env, run_engine
+from support.checkpoints import build_eagle_draft, build_tiny_helium
 
 pytestmark = pytest.mark.engine
 

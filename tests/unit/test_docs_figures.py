@@ -1,7 +1,7 @@
 """Figures quoted in the docs equal the result files they cite.
 
-benchmarks/report.py writes each paired run as `benchmarks/results/<name>.json` (every cell and
-pooled row) and `<name>.md`. Two checks keep the docs to them:
+benchmarks/paired/report.py writes each paired run as `benchmarks/results/<name>.json` (every
+cell and pooled row) and `<name>.md`. Two checks keep the docs to them:
 
 - Tables: every Markdown table in README.md, benchmarks/README.md and docs/*.md with a cell
   `ratio [low, high]` must cite its result files (a link or path into benchmarks/results/ in
@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.stats import adaptive_target
+from benchmarks.paired.targets import adaptive_target
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -176,8 +176,8 @@ def table_problems(table: Table) -> list[str]:
 
 
 def by_batch_problems(table: Table, cited: list[str]) -> list[str]:
-    """A one-engine paired run's table (`benchmarks/zero_draft_paired.py`): a row per batch
-    size, its n-th `ratio [low, high]` column from the n-th file cited above it."""
+    """A one-engine paired run's table (`benchmarks/probes/zero_draft_paired.py`): a row per
+    batch size, its n-th `ratio [low, high]` column from the n-th file cited above it."""
     problems = []
     for line, cells in table.rows:
         where = f"{table.where.split(':')[0]}:{line}"

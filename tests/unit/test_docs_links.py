@@ -5,7 +5,7 @@ A link's file part must name an existing file or folder inside the repository; i
 must be a heading of the target Markdown file, slugged the way GitHub slugs headings. A path is
 a back-quoted or bare string that starts at a top-level folder of the repository
 (`tests/engine/test_serve.py`), a back-quoted one that starts at a folder of the package or of
-tests/ (`engine/fixes.py`, `proposer/rows.request_end`: a module and a name in it), or a test
+tests/ (`engine/registry.py`, `proposer/state.request_end`: a module and a name in it), or a test
 file's bare name (`test_serve.py`, anywhere under tests/). Pure: reads the files only.
 """
 
@@ -157,7 +157,7 @@ def test_checker_finds_broken_links(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 # --- repository paths named in text -------------------------------------------------------------
 TOP_DIRS = ("tests", "docs", "benchmarks", "scripts", "launch", "vllm_specdec_plugin",
             "requirements", ".ci")
-# Folders a back-quoted path may start at (`engine/fixes.py` is vllm_specdec_plugin/engine/...).
+# Folders a back-quoted path may start at (`engine/registry.py`: vllm_specdec_plugin/engine/...).
 BASES = ("", "vllm_specdec_plugin", "tests", "tests/unit", "benchmarks", "launch")
 EXTENSIONS = {"py", "md", "sh", "txt", "toml", "yaml", "yml", "json", "png", "cfg"}
 NOT_SCANNED = {"__pycache__", "crds"}  # bytecode; vendored CRD schemas (their README is read)
@@ -212,7 +212,7 @@ def path_problem(text: str, here: Path) -> str | None:
         module, dot, name = option.rpartition(".")
         if (dot and name.isidentifier() and name not in EXTENSIONS
                 and resolve(option, here) is None and resolve(module + ".py", here)):
-            option, names = module + ".py", [name]  # `proposer/rows.request_end`
+            option, names = module + ".py", [name]  # `proposer/state.request_end`
         found = resolve(option, here)
         if found is None:
             return f"`{text}`: {option} does not exist"
@@ -281,9 +281,9 @@ def test_named_repository_paths_exist(source: Path) -> None:
 
 def test_checker_finds_broken_paths() -> None:
     text = ("`tests/compat/test_rbln.py` `launch/Dockerfile.{cpu,gpu,rbln}` "
-            "`tests/unit/test_docs_links.py:40` `engine/fixes.py` `proposer/rows.request_end` "
+            "`tests/unit/test_docs_links.py:40` `engine/registry.py` `proposer/state.request_end` "
             "`tests/unit/test_docs_links.py::test_github_slug[x]` `benchmarks/results/*.json` "
-            "`benchmarks/results/<name>.md` `vllm_specdec_plugin.engine.fixes` `vllm/v1/x.py` "
+            "`benchmarks/results/<name>.md` `vllm_specdec_plugin.engine.registry` `vllm/v1/x.py` "
             "(tests/engine/test_serve.py), test_one_decision.py and docs/testing.md.\n"
             "`tests/test_rbln.py` `launch/Dockerfile.{cpu,tpu}` `proposer/rows.no_such_name`\n"
             "tests/test_vllm033.py; test_vllm_patches.py "

@@ -114,6 +114,13 @@ def decide(
                      "schedule)")
     elif source not in (*USER_SOURCES, SOURCE_SPECULATORS):
         config = _with_schedule(config, kaito, engine, caps, notes)
+    # Only the plugin's own schedule is learned; a user's config and KAITO's tuned presets run
+    # exactly as given.
+    schedule_control = (kaito.schedule_control and source not in USER_SOURCES
+                        and source not in (SOURCE_TUNED, SOURCE_SPECULATORS)
+                        and "num_speculative_tokens_per_batch_size" in config)
+    if schedule_control:
+        notes.append(_controller_note(config["num_speculative_tokens_per_batch_size"]))
     final_config: dict[str, Any] | None = config
     if source == SOURCE_SPECULATORS:
         final_config = _speculators_override(config, engine.checkpoint)
@@ -137,7 +144,16 @@ def decide(
         platform=caps.platform,
         warnings=tuple(warnings),
         notes=tuple(notes),
+        schedule_control=schedule_control,
     )
+
+
+def _controller_note(schedule: list[list[int]]) -> str:
+    k_set = sorted({k for _, _, k in schedule})
+    return ("schedule controller on: learns k per batch-size bucket from this engine's own "
+            "steps, among k in {" + ", ".join(map(str, k_set)) + "}, starting from the "
+            "schedule above as its prior (docs/schedule-controller.md; "
+            "VLLM_SPECDEC_SCHEDULE=static keeps the schedule fixed)")
 
 
 def _speculators_override(config: dict[str, Any],

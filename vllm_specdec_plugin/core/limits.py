@@ -3,7 +3,7 @@
 Outside input is whatever the plugin did not write itself: the downward-API annotations file,
 KAITO's inference config, the presets file, JSON in flags and in the config, a checkpoint's
 config.json, cgroup and /proc files, the device tools' output, a server's `/metrics` and the
-URLs given to `vllm-specdec status`. Each parser (`inputs/files.py`, `platforms/`, `cli/`) reads
+URLs given to `vllm-specdec status`. Each parser (`inputs/parsers.py`, `platforms/`, `cli/`) reads
 its bound here, so a bound is changed in one place and `docs/reliability.md` lists them all with
 their measured worst case. Pure: numbers and checks on text, no I/O.
 """

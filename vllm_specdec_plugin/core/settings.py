@@ -33,6 +33,7 @@ PREFIX = "VLLM_SPECDEC_"
 ENV_ON_ERROR = "VLLM_SPECDEC_ON_ERROR"
 ENV_FALLBACK = "VLLM_SPECDEC_FALLBACK"
 ENV_SCHEDULE = "VLLM_SPECDEC_SCHEDULE"
+ENV_SWITCHBACK = "VLLM_SPECDEC_SWITCHBACK"
 ENV_DRAFT_MODEL = "VLLM_SPECDEC_DRAFT_MODEL"
 ENV_PRESETS_FILE = "VLLM_SPECDEC_PRESETS_FILE"
 ENV_ADAPTIVE_STATS = "VLLM_SPECDEC_ADAPTIVE_STATS"
@@ -42,7 +43,7 @@ ENV_CACHE = "VLLM_SPECDEC_CACHE"
 
 OnError = Literal["fail", "serve-without"]
 Fallback = Literal["ngram", "suffix", "adaptive"]
-Schedule = Literal["on", "off"]
+Schedule = Literal["on", "static", "off"]
 ON_ERROR_CHOICES: tuple[OnError, ...] = get_args(OnError)
 FALLBACK_NAMES: tuple[Fallback, ...] = get_args(Fallback)
 """The allowed VLLM_SPECDEC_FALLBACK values (the first is the default, KAITO's ngram); each is
@@ -65,8 +66,12 @@ SETTINGS: Mapping[str, Setting] = {setting.name: setting for setting in (
     Setting(ENV_ON_ERROR, "what an opted-in engine does when the plugin itself fails",
             ON_ERROR_CHOICES, "fail"),
     Setting(ENV_FALLBACK, "the draft-free fallback", FALLBACK_NAMES, "ngram"),
-    Setting(ENV_SCHEDULE, "the load-aware schedule on the plugin's own choice",
+    Setting(ENV_SCHEDULE, "the load-aware schedule on the plugin's own choice (on: learned per "
+            "batch bucket by the schedule controller; static: the fixed table; off: none)",
             SCHEDULE_CHOICES, "on"),
+    Setting(ENV_SWITCHBACK, "in-engine switchback measurement, for benchmarks: two arms "
+            "alternating in blocks of steps, e.g. 'k0,controller' (arms: k<N>, static, "
+            "controller)"),
     Setting(ENV_DRAFT_MODEL, "a draft checkpoint directory"),
     Setting(ENV_PRESETS_FILE, "a presets YAML file in front of the tuned table"),
     Setting(ENV_ADAPTIVE_STATS, "where the adaptive proposer writes its statistics"),

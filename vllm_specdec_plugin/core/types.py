@@ -31,7 +31,7 @@ USER_SOURCES: tuple[Source, ...] = (SOURCE_USER_ENGINE, SOURCE_USER_FILE)
 KV_PRODUCER = "kv_producer"
 """vLLM's kv_transfer_config.kv_role of a prefill-only (disaggregated) instance."""
 
-# The decision in /metrics (engine/metrics.py exports it, cli/status_text.py reads it).
+# The decision in /metrics (engine/metrics.py exports it, inputs/vllm_metrics.py reads it).
 DECISION_METRIC = "vllm_specdec_decision_info"
 METHOD_NONE = "none"
 
@@ -144,7 +144,11 @@ class KaitoRequest:
     fallback: Fallback = "ngram"
     """The draft-free fallback (VLLM_SPECDEC_FALLBACK): a row of `core.methods.FALLBACKS`."""
     schedule: bool = True
-    """Whether the plugin's own choice gets a load-aware schedule (VLLM_SPECDEC_SCHEDULE)."""
+    """Whether the plugin's own choice gets a load-aware schedule (VLLM_SPECDEC_SCHEDULE "on"
+    or "static")."""
+    schedule_control: bool = True
+    """Whether the online controller learns that schedule's k per batch bucket from the
+    engine's own steps (VLLM_SPECDEC_SCHEDULE "on"; "static" keeps the fixed table)."""
 
 
 @dataclass(frozen=True)
@@ -163,6 +167,9 @@ class Decision:
     errors: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     """Why the config looks as it does (the load-aware schedule's break points)."""
+    schedule_control: bool = False
+    """The online schedule controller runs on the plugin's own schedule, which is its prior
+    (`core/schedule_control.py`); never on a user's config or a tuned preset."""
 
     def to_json(self) -> str:
         """The decision as `explain` prints it (credentials in a URI, e.g. a model named as

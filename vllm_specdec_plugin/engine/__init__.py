@@ -1,1 +1,2 @@
-"""The one vLLM boundary that changes vLLM: the patch mechanism, the fixes, the hook, metrics."""
+"""The one vLLM boundary that changes vLLM: the mechanism (`patching.py`), the registry of
+changes (`registry.py`), the changes by vLLM area (`changes/`), the hook, metrics."""

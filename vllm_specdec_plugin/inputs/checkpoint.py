@@ -9,7 +9,8 @@ from vllm_specdec_plugin.core.limits import MAX_CHECKPOINT_CONFIG_BYTES, decode_
 from vllm_specdec_plugin.core.methods import draft_method_of
 from vllm_specdec_plugin.core.settings import ENV_DRAFT_MODEL
 from vllm_specdec_plugin.core.types import CheckpointInfo
-from vllm_specdec_plugin.inputs.files import load_json, local_path, read_bounded
+from vllm_specdec_plugin.inputs.files import local_path, read_bounded
+from vllm_specdec_plugin.inputs.parsers import load_json
 
 # config.json keys by which targets declare their own MTP layers (DeepSeek-V3/MiMo/GLM,
 # Qwen3-Next/Qwen3.5, ...).

@@ -15,8 +15,9 @@ from typing import Any
 from vllm_specdec_plugin.core.errors import SpecDecodeConfigError, quote_value
 from vllm_specdec_plugin.core.limits import MAX_CONFIG_BYTES, MAX_DEPTH, decode_text, json_depth
 from vllm_specdec_plugin.core.types import EngineRequest
-from vllm_specdec_plugin.inputs.files import load_json, load_yaml, read_bounded
+from vllm_specdec_plugin.inputs.files import read_bounded
 from vllm_specdec_plugin.inputs.inference_config import parse_speculative_config
+from vllm_specdec_plugin.inputs.parsers import load_json, load_yaml
 
 # vLLM's --spec-* flags: (EngineArgs attribute, flag, speculative-config key).
 SPEC_FLAGS = (("spec_method", "--spec-method", "method"),

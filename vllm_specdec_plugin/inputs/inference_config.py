@@ -9,7 +9,8 @@ from typing import Any
 from vllm_specdec_plugin.core.errors import SpecDecodeConfigError, quote_value
 from vllm_specdec_plugin.core.limits import MAX_CONFIG_BYTES
 from vllm_specdec_plugin.core.settings import ENV_INFERENCE_CONFIG
-from vllm_specdec_plugin.inputs.files import check_plain, load_json, load_yaml, read_input_file
+from vllm_specdec_plugin.inputs.files import read_input_file
+from vllm_specdec_plugin.inputs.parsers import check_plain, load_json, load_yaml
 
 DEFAULT_INFERENCE_CONFIG = "/mnt/config/inference_config.yaml"
 SPECULATIVE_CONFIG_KEYS = ("speculative-config", "speculative_config")
@@ -69,7 +70,7 @@ SPECULATIVE_CONFIG_FIX = ('write it as a JSON object such as '
 def parse_speculative_config(value: object, source: str) -> dict[str, Any]:
     """A user's speculative config: a JSON object string or a mapping, keys normalised to `_`.
 
-    Text goes through the bounded JSON parser (`inputs/files.py`); a mapping (from vLLM's own
+    Text goes through the bounded JSON parser (`inputs/parsers.py`); a mapping (from vLLM's own
     parser, `LLM(speculative_config=...)` or YAML) is checked against the same bounds.
     """
     if isinstance(value, str):

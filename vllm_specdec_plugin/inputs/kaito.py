@@ -28,7 +28,8 @@ def read_kaito_request(environ: Mapping[str, str], annotation: Annotation,
     return KaitoRequest(
         draft=inspect_draft(draft_path, target) if draft_path else None,
         fallback=fallback,  # type: ignore[arg-type]  # checked up front (check_settings)
-        schedule=setting_value(environ, ENV_SCHEDULE) == "on",
+        schedule=setting_value(environ, ENV_SCHEDULE) in ("on", "static"),
+        schedule_control=setting_value(environ, ENV_SCHEDULE) == "on",
         annotation=annotation,
         runtime=read_annotation(environ, RUNTIME_KEY, ENV_RUNTIME),
         preset=environ.get(ENV_PRESET_NAME) or None,

@@ -8,7 +8,8 @@ from importlib import resources
 from vllm_specdec_plugin.core.limits import MAX_PRESETS_BYTES
 from vllm_specdec_plugin.core.presets import PresetTable, table_from_document
 from vllm_specdec_plugin.core.settings import ENV_PRESETS_FILE
-from vllm_specdec_plugin.inputs.files import load_yaml, read_input_file
+from vllm_specdec_plugin.inputs.files import read_input_file
+from vllm_specdec_plugin.inputs.parsers import load_yaml
 
 BUILTIN_PRESETS = "vllm_specdec_plugin/data/presets.yaml"
 

@@ -1,27 +1,37 @@
-"""The platforms, one module each, and host detection across them (RBLN, then NVIDIA, else CPU).
+"""The platforms, one module each, and the rule that resolves the host among their detectors.
 
-Every probe goes through `root` (the filesystem root) and the given PATH and env, so tests can
-build device trees and put small stand-in tools on PATH. A new platform is one module with a
-`Platform` subclass and one entry in `_REGISTRY`.
+Each platform owns its detection and its edge cases (`Platform.detect`, `Platform.declines`), as
+each of vLLM's `*_platform_plugin()` detectors does; `detect_host` applies one fixed rule over
+them in `DETECTION_ORDER`. Every probe goes through `HostFacts` (the filesystem root, PATH, env),
+so tests can build device trees and put small stand-in tools on PATH. A new platform is one
+module with a `Platform` subclass and one entry here: in `DETECTION_ORDER` if the launcher
+detects and serves it, else in `_OTHERS` (known to the capabilities only).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
 from vllm_specdec_plugin.core.errors import SpecDecodeConfigError, quote_value
-from vllm_specdec_plugin.platforms.base import Host, LaunchDefaults, Platform
+from vllm_specdec_plugin.platforms.base import Host, HostFacts, LaunchDefaults, Platform
 from vllm_specdec_plugin.platforms.cpu import CpuPlatform
 from vllm_specdec_plugin.platforms.cuda import CudaPlatform, RocmPlatform
 from vllm_specdec_plugin.platforms.rbln import RblnPlatform
 
-_REGISTRY: dict[str, Platform] = {p.name: p for p in (
-    RblnPlatform(), CudaPlatform(), CpuPlatform(), RocmPlatform())}
-PLATFORMS = ("rbln", "cuda", "cpu")
+DETECTION_ORDER: tuple[Platform, ...] = (RblnPlatform(), CudaPlatform())
+"""The detectors, in the order `detect_host` asks them: an RBLN host with NVIDIA GPUs is RBLN's
+(vLLM instead refuses two built-in platforms at once; the launcher serves one)."""
+FALLBACK: Platform = CpuPlatform()
+"""Where the host is served when no detector claims it or the claiming one declines."""
+_OTHERS: tuple[Platform, ...] = (RocmPlatform(),)
+_REGISTRY: dict[str, Platform] = {p.name: p for p in (*DETECTION_ORDER, FALLBACK, *_OTHERS)}
+PLATFORMS = (*(p.name for p in DETECTION_ORDER), FALLBACK.name)
 """The platforms the launcher detects and serves, in detection order."""
 
-__all__ = ["PLATFORMS", "Host", "LaunchDefaults", "Platform", "detect_host", "get_platform"]
+__all__ = ["DETECTION_ORDER", "FALLBACK", "PLATFORMS", "Host", "HostFacts", "LaunchDefaults",
+           "Platform", "detect_host", "get_platform"]
 
 
 def get_platform(name: str) -> Platform:
@@ -41,34 +51,37 @@ def detect_host(
     platform: str | None = None,
     vllm_build: str | None = None,
 ) -> Host:
-    """The host kind: `platform` when given, else RBLN, then NVIDIA, else CPU.
+    """The host kind, by one rule:
 
-    `vllm_build` is the installed vLLM's build ("cpu" for a CPU build, None otherwise): a CPU
-    build of vLLM serves on the CPU even where NVIDIA GPUs are present.
+    1. `platform` given (`--platform`) is authoritative, as vLLM's `VLLM_TARGET_DEVICE=cpu` is:
+       only that platform's detector runs (its errors still count), and the host it finds is
+       used as found, or, finding none, a host named by the flag. No platform declines it.
+    2. Otherwise each platform in `DETECTION_ORDER` detects in turn and the first that finds
+       its devices claims the host (the later ones are not probed), unless it declines them for
+       the installed vLLM (`vllm_build` "cpu": a CPU build serves on the CPU even where NVIDIA
+       GPUs are present); a declined host is served on `FALLBACK`, with the detector's evidence
+       and note.
+    3. No detector finds anything: `FALLBACK` (the CPU).
     """
-    import os
-
-    root = Path(root)
     environ = os.environ if environ is None else environ
     if path_env is None:
         path_env = environ.get("PATH", os.defpath)
-    if platform is not None and platform not in PLATFORMS:
-        raise SpecDecodeConfigError(
-            f"platform {quote_value(platform)} is unknown; use one of {', '.join(PLATFORMS)}"
-        )
-    if platform in (None, "rbln"):
-        host = _REGISTRY["rbln"].detect(root, environ, path_env)
-        if host or platform == "rbln":
-            return host or Host("rbln", evidence=("--platform rbln",))
-    if platform in (None, "cuda"):
-        host = _REGISTRY["cuda"].detect(root, environ, path_env)
-        if host and platform is None and vllm_build == "cpu":
-            return Host("cpu", evidence=(*host.evidence, "the installed vLLM is a CPU build"),
-                        notes=(f"NVIDIA GPUs found ({'; '.join(host.evidence)}), but the "
-                               "installed vLLM is a CPU build, which cannot use them: serving "
-                               "on the CPU; install vLLM's CUDA build (pip install vllm) to "
-                               "serve on the GPUs",))
-        if host or platform == "cuda":
-            return host or Host("cuda", evidence=("--platform cuda",))
-    return Host("cpu", evidence=("no RBLN NPU or NVIDIA GPU found",)
-                if platform is None else ("--platform cpu",))
+    facts = HostFacts(Path(root), environ, path_env, vllm_build)
+    if platform is not None:
+        if platform not in PLATFORMS:
+            raise SpecDecodeConfigError(
+                f"platform {quote_value(platform)} is unknown; use one of {', '.join(PLATFORMS)}"
+            )
+        return (_REGISTRY[platform].detect(facts)
+                or Host(platform, evidence=(f"--platform {platform}",)))
+    for detector in DETECTION_ORDER:
+        host = detector.detect(facts)
+        if host is None:
+            continue
+        declined = detector.declines(host, facts)
+        if declined is None:
+            return host
+        return Host(FALLBACK.name, evidence=(*host.evidence, declined.evidence),
+                    notes=(declined.note,))
+    searched = " or ".join(p.devices_label for p in DETECTION_ORDER)
+    return Host(FALLBACK.name, evidence=(f"no {searched} found",))

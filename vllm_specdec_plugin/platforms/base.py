@@ -1,9 +1,10 @@
 """What every platform module provides, and the probes they share.
 
 A platform module (cpu.py, cuda.py, rbln.py) owns its platform's policy the way vllm-rbln's
-`RblnPlatform` owns RBLN's: how the host is detected, the launcher's defaults there, what the
-platform changes in vLLM's capabilities, and what it refuses. A new platform is one module with
-one `Platform` subclass, and one line in `platforms/__init__.py`'s registry.
+`RblnPlatform` owns RBLN's: how the host is detected (with its edge cases, as each of vLLM's
+`*_platform_plugin()` detectors owns its own), the launcher's defaults there, what the platform
+changes in vLLM's capabilities, and what it refuses. A new platform is one module with one
+`Platform` subclass, and one line in `platforms/__init__.py`'s registry.
 """
 
 from __future__ import annotations
@@ -46,6 +47,32 @@ class Host:
     """What the launcher should tell the operator about this choice."""
 
 
+@dataclass(frozen=True)
+class HostFacts:
+    """What host detection reads. Every probe goes through these, so tests build device trees
+    under `root` and put small stand-in tools on `path_env`."""
+
+    root: Path
+    """The filesystem root the device files (`dev/`, `sys/`) are looked up under."""
+    environ: Mapping[str, str]
+    """The process env (device lists such as CUDA_VISIBLE_DEVICES)."""
+    path_env: str | None
+    """The PATH the device tools (nvidia-smi, rbln-smi) are looked up on."""
+    vllm_build: str | None = None
+    """The installed vLLM's build: "cpu" for a CPU build, None otherwise."""
+
+
+@dataclass(frozen=True)
+class Declined:
+    """Devices a platform found but the installed vLLM cannot use: the host is served on the
+    CPU instead (`Platform.declines`)."""
+
+    evidence: str
+    """Added to the found devices' evidence, e.g. "the installed vLLM is a CPU build"."""
+    note: str
+    """What the launcher tells the operator: what was found, why it is not used, the fix."""
+
+
 @dataclass
 class LaunchDefaults:
     """What a platform adds to the launcher's `vllm serve` command (flags the user did not
@@ -60,12 +87,19 @@ class Platform:
     """One platform's policy. Subclasses override what differs from this default."""
 
     name: str = ""
+    devices_label: str = ""
+    """What detection looks for, e.g. "NVIDIA GPU" (named when nothing was found)."""
     cuda_graphs: bool = False
     """Whether vLLM's default cudagraph_mode captures full CUDA graphs here."""
 
-    def detect(self, root: Path, environ: Mapping[str, str],
-               path_env: str | None) -> Host | None:
-        """The host, if this platform's devices are here (None: not this platform)."""
+    def detect(self, facts: HostFacts) -> Host | None:
+        """The host, if this platform's devices are here (None: not this platform). Raises
+        `SpecDecodeConfigError` when the facts contradict each other (a device list naming
+        devices the host does not have)."""
+        return None
+
+    def declines(self, host: Host, facts: HostFacts) -> Declined | None:
+        """Why the installed vLLM cannot serve on the devices `detect` found (None: it can)."""
         return None
 
     def launch_defaults(self, host: Host, opted_in: bool, root: Path,

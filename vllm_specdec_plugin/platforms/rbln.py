@@ -18,6 +18,7 @@ from vllm_specdec_plugin.core.methods import methods_where
 from vllm_specdec_plugin.core.types import EngineRequest, PlatformCapabilities
 from vllm_specdec_plugin.platforms.base import (
     Host,
+    HostFacts,
     LaunchDefaults,
     Platform,
     numbered,
@@ -121,10 +122,10 @@ def upstream_sampler(args: Any) -> bool:
 
 class RblnPlatform(Platform):
     name = "rbln"
+    devices_label = "RBLN NPU"
 
-    def detect(self, root: Path, environ: Mapping[str, str],
-               path_env: str | None) -> Host | None:
-        return detect_rbln(root, environ, path_env)
+    def detect(self, facts: HostFacts) -> Host | None:
+        return detect_rbln(facts.root, facts.environ, facts.path_env)
 
     def adjust(self, caps: PlatformCapabilities, args: Any) -> PlatformCapabilities:
         """vllm-rbln's proposers only, synchronous scheduling, its sampler's token cap, and the

@@ -8,16 +8,16 @@ per query and ~200 µs per request (building the tree of its prompt, then freein
 asked only
 
 - when the proposer is awake (a dormant proposer probes with the n-gram matcher alone and wakes
-  fully, both sources, at the latest every `control.WAKE_EVERY` cycles);
-- where the n-gram candidate is missing or shorter than `SUFFIX_SHORT` tokens, and the row's
+  fully, both sources, at the latest every `wake_every` cycles);
+- where the n-gram candidate is missing or shorter than `suffix_short` tokens, and the row's
   own suffix record allows it: a query that found nothing, or whose first token missed, doubles
-  the cycles until the row is asked again (up to `SUFFIX_SAMPLE_EVERY`), a hit resets it;
-- plus a rotating 1/`SUFFIX_SAMPLE_EVERY` of the rows, so its statistics stay measured.
+  the cycles until the row is asked again (up to `suffix_sample_every`), a hit resets it;
+- plus a rotating 1/`suffix_sample_every` of the rows, so its statistics stay measured.
 
 Each row's tree is brought up to date lazily: its new tokens are added from the token array when
 the row is next asked, not every cycle (a request the proposer never asks again leaves its last
 tokens out of the cross-request tree). A request's own tree holds the last
-`SUFFIX_PROMPT_TOKENS` tokens of its prompt: building and freeing it costs ~0.8 µs per prompt
+`suffix_prompt_tokens` tokens of its prompt: building and freeing it costs ~0.8 µs per prompt
 token (~830 µs for a 1,000-token prompt, ~35 µs per row per step over a 24-token answer, the
 largest share of the proposer's cost on long prompts), so the bound caps that cost on the
 worker's critical path (~1.6 ms a request) and changes nothing for shorter prompts. Keeping
@@ -27,40 +27,25 @@ that trade needs a paired run, not made yet.
 
 The cross-request tree (finished and running requests' responses) is bounded twice: by
 `VLLM_SPECDEC_ADAPTIVE_SUFFIX_CACHE` requests (arctic_inference evicts the oldest) and by
-`SUFFIX_MAX_CACHED_TOKENS` tokens in all (evicted here, oldest request first), so long answers
+`suffix_max_cached_tokens` tokens in all (evicted here, oldest request first), so long answers
 cannot grow a worker's memory (~260-300 bytes a cached token) without end.
+
+The names in backquotes are fields of `params.AdaptiveParams`.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from vllm_specdec_plugin.core.settings import ENV_ADAPTIVE_SUFFIX_CACHE
 from vllm_specdec_plugin.proposer.acceptance import strength_band
-from vllm_specdec_plugin.proposer.rows import Candidate, RowState
-
-SUFFIX_TREE_DEPTH = 24
-SUFFIX_MAX_CACHED_REQUESTS = 10000
-SUFFIX_PROMPT_TOKENS = 2048
-"""A request's own suffix tree gets at most this many prompt tokens, the prompt's last: its
-build and free (~0.8 µs a token, on the worker's critical path, once per request) stay under
-~1.6 ms a request; prompts up to this long are given whole, as before the bound."""
-SUFFIX_MAX_CACHED_TOKENS = 1_000_000
-"""The cross-request tree holds at most this many response tokens in all (oldest requests
-evicted first): ~260-300 bytes a token measured with arctic_inference 0.3.0 at depth 24 (random
-tokens; text shares more), so ~0.3 GB a worker at most, where the request count alone bounds
-nothing (10,000 requests of 8,000 tokens each: ~22 GB)."""
-SUFFIX_MIN_TOKEN_PROB = 0.1
-# N-gram lengths for vLLM's matcher: longest match of 3..5 tokens (KAITO's static config uses 4);
-# a match of NGRAM_LONG or more is the stronger band (its acceptance is pooled apart).
-NGRAM_MIN, NGRAM_LONG, NGRAM_MAX = 3, 4, 5
-SUFFIX_SHORT = 4
-SUFFIX_SAMPLE_EVERY = 8
+from vllm_specdec_plugin.proposer.params import ADAPTIVE_PARAMS, AdaptiveParams
+from vllm_specdec_plugin.proposer.state import Candidate, RowState
 
 
 @functools.cache
@@ -103,18 +88,21 @@ def vllm_ngram_matcher() -> Any:
     return batch
 
 
-def cached_requests(environ: Mapping[str, str]) -> int:
-    """VLLM_SPECDEC_ADAPTIVE_SUFFIX_CACHE: finished requests the suffix tree keeps (>= 0)."""
+def cached_requests(environ: Mapping[str, str],
+                    default: int = ADAPTIVE_PARAMS.suffix_max_cached_requests) -> int:
+    """VLLM_SPECDEC_ADAPTIVE_SUFFIX_CACHE: finished requests the suffix tree keeps (>= 0;
+    unset: `default`, the field `suffix_max_cached_requests`)."""
     raw = environ.get(ENV_ADAPTIVE_SUFFIX_CACHE, "").strip()
     if not raw:
-        return SUFFIX_MAX_CACHED_REQUESTS
+        return default
     if not raw.isdigit() or len(raw) > 9:
         raise ValueError(f"{ENV_ADAPTIVE_SUFFIX_CACHE}={raw[:40]!r}: expected a whole number of "
-                         f"requests from 0 to 999999999 (unset: {SUFFIX_MAX_CACHED_REQUESTS})")
+                         f"requests from 0 to 999999999 (unset: {default})")
     return int(raw)
 
 
-def suffix_cache(max_cached: int = SUFFIX_MAX_CACHED_REQUESTS) -> Any:
+def suffix_cache(max_cached: int = ADAPTIVE_PARAMS.suffix_max_cached_requests,
+                 depth: int = ADAPTIVE_PARAMS.suffix_tree_depth) -> Any:
     """arctic_inference's suffix-tree cache, or None when the package is not installed.
 
     `max_cached` finished requests' responses stay in its global tree for later requests
@@ -123,17 +111,22 @@ def suffix_cache(max_cached: int = SUFFIX_MAX_CACHED_REQUESTS) -> Any:
         from arctic_inference.suffix_decoding import SuffixDecodingCache
     except ImportError:
         return None
-    return SuffixDecodingCache(max_tree_depth=SUFFIX_TREE_DEPTH, max_cached_requests=max_cached)
+    return SuffixDecodingCache(max_tree_depth=depth, max_cached_requests=max_cached)
 
 
 class CandidateFinder:
-    """Both sources, sized for a batch of `max_rows` rows and drafts of up to `k` tokens."""
+    """Both sources, sized for a batch of `max_rows` rows and drafts of up to `k` tokens;
+    `prompt_tokens` and `max_cached_tokens` (None: `params`' `suffix_prompt_tokens` and
+    `suffix_max_cached_tokens`) bound the suffix trees."""
 
     def __init__(self, max_rows: int, k: int, max_model_len: int, *,
-                 prompt_tokens: int = SUFFIX_PROMPT_TOKENS,
-                 max_cached_tokens: int = SUFFIX_MAX_CACHED_TOKENS) -> None:
+                 params: AdaptiveParams = ADAPTIVE_PARAMS, prompt_tokens: int | None = None,
+                 max_cached_tokens: int | None = None) -> None:
+        self.params = params
         self.k, self.max_model_len = k, max_model_len
-        self.prompt_tokens, self.max_cached_tokens = prompt_tokens, max_cached_tokens
+        self.prompt_tokens = params.suffix_prompt_tokens if prompt_tokens is None else prompt_tokens
+        self.max_cached_tokens = (params.suffix_max_cached_tokens if max_cached_tokens is None
+                                  else max_cached_tokens)
         self._cached: dict[Any, int] = {}
         """Response tokens in the cross-request tree per request, oldest first (the order
         arctic_inference evicts by count in, too)."""
@@ -142,8 +135,8 @@ class CandidateFinder:
         self._lengths = np.zeros(max_rows, dtype=np.int32)
         self._bands = np.zeros(max_rows, dtype=np.int32)
         self._ngram = vllm_ngram_matcher()
-        self.max_cached = cached_requests(os.environ)
-        self.suffix = suffix_cache(self.max_cached)
+        self.max_cached = cached_requests(os.environ, params.suffix_max_cached_requests)
+        self.suffix = suffix_cache(self.max_cached, params.suffix_tree_depth)
         self.suffix_calls = 0
         self._warm_up()
 
@@ -166,13 +159,14 @@ class CandidateFinder:
                                                   int(self._bands[i]),
                                                   state.evidence.last_full["ngram"])
         if self.suffix is not None and not dormant:
+            every, short = self.params.suffix_sample_every, self.params.suffix_short
             for i in rows:
                 state = states[i]
                 assert state is not None
-                sampled = (i + cycle) % SUFFIX_SAMPLE_EVERY == 0
+                sampled = (i + cycle) % every == 0
                 if not sampled:
                     ngram = found[i].get("ngram")
-                    if ngram is not None and len(ngram.tokens) >= SUFFIX_SHORT:
+                    if ngram is not None and len(ngram.tokens) >= short:
                         continue
                     if cycle < state.suffix_next:
                         continue
@@ -181,7 +175,8 @@ class CandidateFinder:
                     self.suffix_scored(state, cycle, hit=False)
                 else:
                     probs = list(draft.probs)
-                    band = strength_band("suffix", sum(probs) / len(probs) if probs else None)
+                    band = strength_band("suffix", sum(probs) / len(probs) if probs else None,
+                                         self.params.strength_bands)
                     found[i]["suffix"] = Candidate(list(draft.token_ids), band,
                                                    state.evidence.last_full["suffix"])
         for i in rows:
@@ -191,13 +186,20 @@ class CandidateFinder:
             state.probed = True
         return found
 
-    @staticmethod
-    def suffix_scored(state: RowState, cycle: int, hit: bool) -> None:
+    def suffix_scored(self, state: RowState, cycle: int, hit: bool) -> None:
         """A row's suffix query found nothing or missed its first token (`hit` False: ask it
-        again after twice as many cycles, at most `SUFFIX_SAMPLE_EVERY`), or hit (ask again
+        again after twice as many cycles, at most `suffix_sample_every`), or hit (ask again
         next cycle)."""
-        state.suffix_wait = 1 if hit else min(2 * state.suffix_wait, SUFFIX_SAMPLE_EVERY)
+        cap = self.params.suffix_sample_every
+        state.suffix_wait = 1 if hit else min(2 * state.suffix_wait, cap)
         state.suffix_next = cycle + state.suffix_wait
+
+    def scored(self, state: RowState, new: Sequence[int], cycle: int) -> None:
+        """Last cycle's suffix candidate of a row against the tokens that came: the backoff
+        goes by its first token (`suffix_scored`)."""
+        candidate = state.candidates.get("suffix")
+        if candidate is not None:
+            self.suffix_scored(state, cycle, hit=bool(new) and candidate.tokens[0] == new[0])
 
     def stop(self, state: RowState) -> None:
         """The request left the batch: end it in the suffix tree (its response stays cached)."""
@@ -213,7 +215,7 @@ class CandidateFinder:
             for uid in list(self.suffix.active_requests):
                 self.suffix.stop_request(uid)
         except Exception:  # a broken cache: start a new one
-            self.suffix = suffix_cache(self.max_cached)
+            self.suffix = suffix_cache(self.max_cached, self.params.suffix_tree_depth)
             self._cached.clear()
             self.cached_tokens = 0
 
@@ -237,10 +239,10 @@ class CandidateFinder:
                 self.cached_tokens += n - state.suffix_synced
             state.suffix_synced = n
             self._evict_over_bound()
-        context = np.ascontiguousarray(token_ids[row, max(0, n - SUFFIX_TREE_DEPTH):n],
-                                       dtype=np.int32)
+        depth = self.params.suffix_tree_depth
+        context = np.ascontiguousarray(token_ids[row, max(0, n - depth):n], dtype=np.int32)
         return self.suffix.speculate(state.uid, context, max_spec_tokens=self.k,
-                                     min_token_prob=SUFFIX_MIN_TOKEN_PROB)
+                                     min_token_prob=self.params.suffix_min_token_prob)
 
     def _forget(self, uid: Any) -> None:
         self.cached_tokens -= self._cached.pop(uid, 0)
@@ -269,6 +271,7 @@ class CandidateFinder:
         self._run_ngram([0], np.array([32], dtype=np.int32), tokens)
 
     def _run_ngram(self, rows: list[int], num_tokens: np.ndarray, token_ids: np.ndarray) -> None:
+        p = self.params
         self._ngram(np.fromiter(rows, dtype=np.int64, count=len(rows)), num_tokens, token_ids,
-                    NGRAM_MIN, NGRAM_LONG, NGRAM_MAX, self.max_model_len, self.k, self._draft,
-                    self._lengths, self._bands)
+                    p.ngram_min, p.ngram_long, p.ngram_max, self.max_model_len, self.k,
+                    self._draft, self._lengths, self._bands)

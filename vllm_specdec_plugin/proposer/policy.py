@@ -5,14 +5,14 @@ Pure Python and numpy, no vLLM: `proposer.py` feeds it what the engine shows the
 The rule is goodput: draft the tokens that maximise expected tokens per second of the step,
 `(rows + sum of the drafted tokens' values) / seconds(rows, drafted)`, where a token's value is
 the chance it and every token before it in its row's draft are accepted (`acceptance.py`) and
-`seconds` is the measured cycle time (`costs.py`, the proposer's own time included). Tokens go
-in best first (a row's values fall with position, so a row's draft is always a prefix); the
-best prefix is then kept only if it beats drafting nothing by the controller's `margin`
-(`control.py`): the estimates are noisy and a draft that only breaks even on paper loses in
-practice. Under load the step's rate approaches one token per verified slot, so only drafts
-that are (almost) surely accepted stay; at batch 1 the fixed cost dominates and long drafts pay
-even at modest acceptance. vLLM 0.33's DSpark on the V2 runner decides on the same goodput
-argument.
+`seconds` is the measured cycle time (`core/step_cost.py`, the proposer's own time included).
+Tokens go in best first (a row's values fall with position, so a row's draft is always a
+prefix); the best prefix is then kept only if it beats drafting nothing by the controller's
+`margin` (`control.py`): the estimates are noisy and a draft that only breaks even on paper
+loses in practice. Under load the step's rate approaches one token per verified slot, so only
+drafts that are (almost) surely accepted stay; at batch 1 the fixed cost dominates and long
+drafts pay even at modest acceptance. vLLM 0.33's DSpark on the V2 runner decides on the same
+goodput argument.
 """
 
 from __future__ import annotations

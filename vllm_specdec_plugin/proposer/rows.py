@@ -1,98 +1,38 @@
 """Which request a batch row holds: the proposer sees row indices; vLLM knows request ids.
 
-Where the runner gives the batch's request ids by row (`engine/request_limits.py` sets the
-proposer's `request_limits` before each call), a row continues a state exactly when its request
-id had that state last cycle: a request vLLM moved to another row (the batch is condensed when
-requests finish) is found by its id, a departed id's state is stopped, a new id starts afresh.
+Where the runner gives the batch's request ids by row (`engine/changes/worker_gpu_model_runner.py`
+sets the proposer's `request_limits` before each call), a row continues a state exactly when its
+request id had that state last cycle: a request vLLM moved to another row (the batch is
+condensed when requests finish) is found by its id, a departed id's state is stopped, a new id
+starts afresh.
 
 Only where no id is given (no runner patch, or a row beyond the ids) is a row matched by its
-tokens: the same request as last cycle when its first `KEY_TOKENS` tokens and its token count
+tokens: the same request as last cycle when its first `key_tokens` tokens and its token count
 continue from it (checked for the whole batch at once with numpy) and its accepted tokens are a
 prefix of what was drafted for it; a moved request is found by the same key. That key is weak:
 a chat template makes the first tokens equal for nearly every request, so a new request whose
 prompt length equals a departed one's last count would inherit its state (its end, its
 evidence, its suffix-tree entry). Ids are what the engine uses.
+
+`RowTable` is that matching, one cycle at a time; `RowTracker` keeps it across cycles for the
+proposer: it starts a request (a fresh `RowState`, its end from the runner's request states,
+the counters) and hands a departed one to the proposer's `on_stop`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, cast
+from collections.abc import Callable, Sequence
+from itertools import count
+from typing import cast
 
 import numpy as np
 
 from vllm_specdec_plugin.proposer.acceptance import RowEvidence
+from vllm_specdec_plugin.proposer.params import ADAPTIVE_PARAMS, AdaptiveParams
+from vllm_specdec_plugin.proposer.state import RequestLimits, RowState, request_end
+from vllm_specdec_plugin.proposer.stats import ProposerStats
 
-KEY_TOKENS = 8
-
-
-@dataclass
-class Candidate:
-    """One source's candidate for a row this cycle, scored against what comes next cycle."""
-
-    tokens: list[int]
-    band: int
-    """Strength band (`acceptance.strength_band`)."""
-    full: bool
-    """The row's previous candidate of this source matched in full (a feature)."""
-    drafted: int = 0
-    predicted: float = 0.0
-    """Expected accepted tokens of the drafted prefix (uncalibrated), when drafted."""
-    calibrated: float = 0.0
-    """The same, calibrated: what the plan counted on."""
-    matched: int = 0
-    """Positions that matched the row's tokens so far (a shadow followed over cycles)."""
-    expected: float = 0.0
-    """What the pooled rates expected of its positions scored so far."""
-
-
-@dataclass
-class RowState:
-    """What the proposer remembers about the request in one batch row."""
-
-    uid: int
-    prompt_len: int
-    end: int = 1 << 62
-    """The token count at which the request stops (prompt + max_tokens), when known."""
-    evidence: RowEvidence = field(default_factory=RowEvidence)
-    candidates: dict[str, Candidate] = field(default_factory=dict)
-    shadows: dict[str, Candidate] = field(default_factory=dict)
-    """Per source, the undrafted candidate being followed until it misses or ends
-    (`policy.follow`)."""
-    draft: list[int] = field(default_factory=list)
-    """What was actually proposed for this row last cycle."""
-    suffix_synced: int = -1
-    """Tokens given to the suffix tree so far (-1: the request is not started there)."""
-    suffix_wait: int = 1
-    suffix_next: int = 0
-    """The suffix tree is asked again for this row no earlier than this cycle (a backoff of
-    `suffix_wait` cycles: `CandidateFinder.suffix_scored`)."""
-    probed: bool = False
-    """Candidates were looked for at least once (a new request is probed even when dormant)."""
-
-
-RequestLimits = tuple[Sequence[str | None], Mapping[str, Any]]
-"""Set by the runner (`engine/request_limits.py`): (the input batch's request id by row, the
-runner's request states by id), references to the runner's own, valid during one call."""
-
-
-def request_end(limits: RequestLimits | None, row: int) -> int | None:
-    """The token count at which the request in `row` stops (prompt + max_tokens), from the
-    runner's request states, or None where they are not given."""
-    if limits is None:
-        return None
-    req_ids, requests = limits
-    if row >= len(req_ids):
-        return None
-    req_id = req_ids[row]
-    request = None if req_id is None else requests.get(req_id)
-    params = getattr(request, "sampling_params", None)
-    max_tokens = getattr(params, "max_tokens", None)
-    prompt = getattr(request, "num_prompt_tokens", None)
-    if not isinstance(max_tokens, int) or not isinstance(prompt, int):
-        return None
-    return prompt + max_tokens
+_KEY_TOKENS = ADAPTIVE_PARAMS.key_tokens
 
 
 def continues(state: RowState, new: Sequence[int]) -> bool:
@@ -101,29 +41,31 @@ def continues(state: RowState, new: Sequence[int]) -> bool:
     return accepted <= len(state.draft) and list(new[:accepted]) == state.draft[:accepted]
 
 
-def masked_keys(token_ids: np.ndarray, rows: int, counts: np.ndarray) -> np.ndarray:
-    """Each row's first KEY_TOKENS tokens, with positions at or past `counts[i]` (or past the
-    array's width) set to -1: the token array holds stale tokens there."""
-    if token_ids.shape[1] >= KEY_TOKENS and (rows == 0 or counts[:rows].min() >= KEY_TOKENS):
-        return np.array(token_ids[:rows, :KEY_TOKENS], dtype=np.int64)  # the common case
-    keys = np.full((rows, KEY_TOKENS), -1, dtype=np.int64)
-    width = min(KEY_TOKENS, token_ids.shape[1])
+def masked_keys(token_ids: np.ndarray, rows: int, counts: np.ndarray,
+                key_tokens: int = _KEY_TOKENS) -> np.ndarray:
+    """Each row's first `key_tokens` tokens, with positions at or past `counts[i]` (or past
+    the array's width) set to -1: the token array holds stale tokens there."""
+    if token_ids.shape[1] >= key_tokens and (rows == 0 or counts[:rows].min() >= key_tokens):
+        return np.array(token_ids[:rows, :key_tokens], dtype=np.int64)  # the common case
+    keys = np.full((rows, key_tokens), -1, dtype=np.int64)
+    width = min(key_tokens, token_ids.shape[1])
     keys[:, :width] = token_ids[:rows, :width]
-    keys[np.arange(KEY_TOKENS)[None, :] >= counts[:rows, None]] = -1
+    keys[np.arange(key_tokens)[None, :] >= counts[:rows, None]] = -1
     return keys
 
 
 class RowTable:
     """Per-row states with the previous cycle's request ids, keys and token counts."""
 
-    def __init__(self, max_rows: int) -> None:
+    def __init__(self, max_rows: int, key_tokens: int = _KEY_TOKENS) -> None:
+        self.key_tokens = key_tokens
         self._grow(max(max_rows, 1))
         self.by_id: dict[str, RowState | None] = {}
         """Last cycle's states by request id (the rows whose id the runner gave)."""
 
     def _grow(self, size: int) -> None:
         self.counts = np.full(size, -1, dtype=np.int64)
-        self.keys = np.full((size, KEY_TOKENS), -2, dtype=np.int64)
+        self.keys = np.full((size, self.key_tokens), -2, dtype=np.int64)
         self.states: list[RowState | None] = [None] * size
         """Last cycle's states of the rows matched by tokens (None for the others)."""
         self.stored = 0
@@ -226,7 +168,7 @@ class RowTable:
         a moved request is looked up in `displaced` by the same key)."""
         if rows > len(self.counts):
             self._grow(rows)
-        keys = masked_keys(token_ids, rows, before)
+        keys = masked_keys(token_ids, rows, before, self.key_tokens)
         same = (before[:rows] == self.counts[:rows]) & (keys == self.keys[:rows]).all(axis=1)
         return np.asarray(same, dtype=bool), keys
 
@@ -245,7 +187,7 @@ class RowTable:
               ids: Sequence[str | None] | None = None) -> None:
         """This cycle's states, by request id where `ids` gives one (copied: the runner's
         list changes), else keyed by the tokens they hold now. `keys`: the keys `continuing`
-        returned this cycle; they still hold when every row had KEY_TOKENS tokens before this
+        returned this cycle; they still hold when every row had `key_tokens` tokens before this
         cycle's (later tokens do not change a key)."""
         rows = len(states)
         if rows > len(self.counts):
@@ -258,7 +200,7 @@ class RowTable:
             return
         self.counts[:rows] = counts[:rows]
         if keys is None or len(keys) != rows or (rows and keys.min() < 0):
-            keys = masked_keys(token_ids, rows, counts)
+            keys = masked_keys(token_ids, rows, counts, self.key_tokens)
         self.keys[:rows] = keys
         by_tokens = list(states)
         self.by_id = {}
@@ -274,3 +216,56 @@ class RowTable:
 def all_named(ids: Sequence[str | None] | None, rows: int) -> bool:
     """Whether `ids` gives every one of `rows` rows a request id."""
     return ids is not None and len(ids) >= rows and None not in ids[:rows]
+
+
+class RowTracker:
+    """The batch's requests across cycles, for the proposer: `RowTable` matching, a request's
+    start (a fresh `RowState` with its end, counted in `stats`) and its stop (`on_stop`, the
+    proposer's: its shadows closed, its suffix tree ended)."""
+
+    def __init__(self, max_rows: int, stats: ProposerStats, on_stop: Callable[[RowState], None],
+                 params: AdaptiveParams = ADAPTIVE_PARAMS) -> None:
+        self.params, self.stats, self.on_stop = params, stats, on_stop
+        self.table = RowTable(max_rows, params.key_tokens)
+        self.request_cycles: list[int] = []
+        """The cycle at which each of the first requests started (for the statistics)."""
+        self._uids = count()
+        self._limits: RequestLimits | None = None
+        self._cycle = 0
+
+    def match(self, sampled: Sequence[Sequence[int]], lens: np.ndarray, counts: np.ndarray,
+              token_ids: np.ndarray, limits: RequestLimits | None, cycle: int
+              ) -> tuple[list[RowState | None], np.ndarray | None, bool]:
+        """`RowTable.match` of cycle `cycle`, by the request ids in `limits` where given (the
+        proposer's `request_limits`, which `store` uses too)."""
+        self._limits, self._cycle = limits, cycle
+        return self.table.match(sampled, lens, counts, token_ids, self._ids(), self._start,
+                                self._stop)
+
+    def store(self, states: Sequence[RowState | None], counts: np.ndarray,
+              token_ids: np.ndarray, keys: np.ndarray | None) -> None:
+        """This cycle's states (`RowTable.store`), by the ids `match` was given."""
+        self.table.store(states, counts, token_ids, keys, self._ids())
+
+    def reset(self) -> None:
+        """Forget every row (after an internal error): all requests start afresh."""
+        self.table = RowTable(len(self.table.counts), self.params.key_tokens)
+
+    def _ids(self) -> Sequence[str | None] | None:
+        """vLLM's request id by batch row, when the runner gave them."""
+        return None if self._limits is None else self._limits[0]
+
+    def _start(self, row: int, prompt_len: int) -> RowState:
+        self.stats.requests += 1
+        if len(self.request_cycles) < self.params.max_request_cycles:
+            self.request_cycles.append(self._cycle)
+        state = RowState(uid=next(self._uids), prompt_len=prompt_len,
+                         evidence=RowEvidence(self.params))
+        end = request_end(self._limits, row)
+        if end is not None:
+            state.end = end
+            self.stats.limited_requests += 1
+        return state
+
+    def _stop(self, state: RowState) -> None:
+        self.on_stop(state)

@@ -1,5 +1,5 @@
-"""The adaptive proposer's statistics file (VLLM_SPECDEC_ADAPTIVE_STATS), and which worker
-writes the proposer's files.
+"""The adaptive proposer's statistics (`ProposerStats`, `CostByBatch`), their file
+(VLLM_SPECDEC_ADAPTIVE_STATS), and which worker writes the proposer's files.
 
 One writer per path: under tensor parallelism every rank builds the proposer and runs it on the
 same batch, so only tensor-parallel rank 0 writes (the others would write the same numbers);
@@ -18,11 +18,65 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
 from typing import Any
 
-from vllm_specdec_plugin.proposer.costs import bucket
+from vllm_specdec_plugin.core.step_cost import bucket, bucket_bounds
 
 FILE_MODE = 0o644
+
+
+@dataclass
+class ProposerStats:
+    """The proposer's counters: the statistics file's first keys, in this order (`as_dict`;
+    tests, `vllm-specdec status` and the docs read them by name)."""
+
+    calls: int = 0
+    """Calls of `propose`."""
+    rows: int = 0
+    """Batch rows over all calls."""
+    overhead_s: float = 0.0
+    """The proposer's own seconds over all calls."""
+    requests: int = 0
+    """Requests started (`rows.RowTracker`)."""
+    draft_tokens: int = 0
+    """Tokens drafted."""
+    accepted_tokens: int = 0
+    """Drafted tokens the engine accepted."""
+    steps_timed: int = 0
+    """Clean decode cycles fed to the step-cost table."""
+    errors: int = 0
+    """Calls that failed inside and drafted nothing."""
+    awake_rows: int = 0
+    """Batch rows of the calls made awake."""
+    awake_overhead_s: float = 0.0
+    """The proposer's own seconds in the calls made awake."""
+    dormant_rows: int = 0
+    """Batch rows of the calls made dormant."""
+    dormant_overhead_s: float = 0.0
+    """The proposer's own seconds in the calls made dormant."""
+    probed_rows: int = 0
+    """Rows whose candidates were looked for."""
+    baseline_cycles: int = 0
+    """Cycles that drafted nothing to measure the no-draft baseline, though rows had drafts."""
+    limited_requests: int = 0
+    """Requests whose end (prompt + max_tokens) the runner gave."""
+
+    def called(self, dormant: bool, rows: int, seconds: float) -> None:
+        """One call of `rows` rows took the proposer `seconds`, made dormant or awake."""
+        self.calls += 1
+        self.rows += rows
+        self.overhead_s += seconds
+        if dormant:
+            self.dormant_rows += rows
+            self.dormant_overhead_s += seconds
+        else:
+            self.awake_rows += rows
+            self.awake_overhead_s += seconds
+
+    def as_dict(self) -> dict[str, float]:
+        """The counters by name, in the statistics file's order."""
+        return asdict(self)
 
 
 def worker_ranks() -> tuple[int, int]:
@@ -79,10 +133,10 @@ def per_row_us(stats: Mapping[str, float], mode: str = "") -> float | None:
 
 
 def batch_label(rows: int) -> str:
-    """The batch-size bucket a call's cost is kept under (`costs.bucket`'s buckets): "1",
-    "2-3", "4-7", ..."""
-    low = 1 << (bucket(rows) - 1)
-    return "1" if low == 1 else f"{low}-{2 * low - 1}"
+    """The batch-size bucket a call's cost is kept under (`step_cost.bucket`'s buckets): "1",
+    "2-3", "4-7", ... (the statistics file's labels: "1", not `bucket_label`'s "1-1")."""
+    low, high = bucket_bounds(bucket(rows))
+    return "1" if low == 1 else f"{low}-{high}"
 
 
 class CostByBatch:
@@ -91,7 +145,7 @@ class CostByBatch:
 
     def __init__(self) -> None:
         self._cells: dict[tuple[str, int], list[float]] = {}
-        """(mode, `costs.bucket`) -> [calls, rows, seconds]."""
+        """(mode, `step_cost.bucket`) -> [calls, rows, seconds]."""
 
     def add(self, mode: str, rows: int, seconds: float) -> None:
         cell = self._cells.setdefault((mode, bucket(rows)), [0, 0, 0.0])
@@ -103,7 +157,7 @@ class CostByBatch:
         """mode -> batch bucket -> calls, µs per call and µs per row."""
         out: dict[str, dict[str, dict[str, float]]] = {}
         for (mode, key), (calls, rows, seconds) in sorted(self._cells.items()):
-            out.setdefault(mode, {})[batch_label(1 << (key - 1))] = {
+            out.setdefault(mode, {})[batch_label(bucket_bounds(key)[0])] = {
                 "calls": calls, "us_per_call": round(1e6 * seconds / calls, 1),
                 "us_per_row": round(1e6 * seconds / rows, 1)}
         return out
@@ -144,12 +198,12 @@ class StatsFile:
         threading.Thread(target=self._idle_writer, name="specdec-adaptive-stats",
                          daemon=True).start()
 
-    def called(self, stats: Mapping[str, float]) -> None:
+    def called(self, stats: ProposerStats) -> None:
         """End of a call (holding `lock`), with the proposer's counters: write now if due, else
         mark the file stale."""
         self._last_call = time.monotonic()
         self._dirty = True
-        if stats["requests"] != self._requests_written or stats["calls"] % self._every == 0:
+        if stats.requests != self._requests_written or stats.calls % self._every == 0:
             self._write()
 
     def _write(self) -> None:

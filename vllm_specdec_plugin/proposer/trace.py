@@ -10,9 +10,9 @@
 accepted tokens the plan counted on, 0 for a shadow candidate). `replay` feeds such a record
 through `acceptance.py` in order and returns, per drafted candidate, what the model predicted
 before it saw the outcome and what was realised, which is what the replay tests check.
-At most `MAX_RECORDS` lines are written. The file is opened once, for appending, without
-following a symbolic link at its path (`O_NOFOLLOW`; one warning, then no trace) and only if it
-is a regular file; one worker writes it (`stats.for_this_worker`).
+At most `AdaptiveParams.max_trace_records` lines are written. The file is opened once, for
+appending, without following a symbolic link at its path (`O_NOFOLLOW`; one warning, then no
+trace) and only if it is a regular file; one worker writes it (`stats.for_this_worker`).
 """
 
 from __future__ import annotations
@@ -30,24 +30,26 @@ from vllm_specdec_plugin.proposer.acceptance import (
     RowEvidence,
     token_values,
 )
+from vllm_specdec_plugin.proposer.params import ADAPTIVE_PARAMS, AdaptiveParams
 from vllm_specdec_plugin.proposer.stats import FILE_MODE
-
-MAX_RECORDS = 200_000
 
 
 class TraceWriter:
     """Appends trace lines to a file (opened once; errors stop the trace, not the proposer)."""
 
-    def __init__(self, out: IO[str]) -> None:
+    def __init__(self, out: IO[str],
+                 max_records: int = ADAPTIVE_PARAMS.max_trace_records) -> None:
         self._out: IO[str] | None = out
         self.records = 0
+        self.max_records = max_records
 
     @classmethod
-    def open(cls, path: str | None, logger: Any) -> TraceWriter | None:
+    def open(cls, path: str | None, logger: Any,
+             max_records: int = ADAPTIVE_PARAMS.max_trace_records) -> TraceWriter | None:
         if not path:
             return None
         try:
-            return cls(open_for_append(path))
+            return cls(open_for_append(path), max_records)
         except OSError as exc:
             why = "a symbolic link, not followed" if os.path.islink(path) else str(exc)
             logger.warning("adaptive proposer trace %s not written: %s", path, why)
@@ -62,7 +64,7 @@ class TraceWriter:
                                         candidate.drafted, hits, misses, emitted,
                                         round(candidate.calibrated, 4)]) + "\n")
             self.records += 1
-            if self.records >= MAX_RECORDS:
+            if self.records >= self.max_records:
                 self._out.close()
                 self._out = None
         except OSError:
@@ -122,22 +124,22 @@ class Prediction:
 
 
 def replay(records: Iterable[Record], calibrate: bool = True, pooled: bool = True,
-           k: int = 16) -> list[Prediction]:
+           k: int = 16, params: AdaptiveParams = ADAPTIVE_PARAMS) -> list[Prediction]:
     """Feed `records` through the acceptance model in order; a prediction per drafted one.
 
     `calibrate=False` leaves out the per-source calibration, `pooled=False` replaces the pooled
     rates by a single prior per source (the old policy's shape), to show what each layer buys.
     """
-    table = PooledAcceptance()
-    calibration = Calibration()
+    table = PooledAcceptance(params)
+    calibration = Calibration(params)
     rows: dict[int, RowEvidence] = {}
     out: list[Prediction] = []
     for r in records:
-        evidence = rows.setdefault(r.uid, RowEvidence())
+        evidence = rows.setdefault(r.uid, RowEvidence(params))
         key = (r.source, r.band, r.full) if pooled else (r.source, 0, False)
         if r.drafted:
             raw = sum(token_values(table.rates(key), evidence.factor(r.source),
-                                   min(r.drafted, k)))
+                                   min(r.drafted, k), params=params))
             factor = calibration.factor(r.source) if calibrate else 1.0
             realised = min(r.emitted - 1, r.drafted)
             out.append(Prediction(r.cycle, r.rows, r.source, r.drafted, factor * raw, realised))

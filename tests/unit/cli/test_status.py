@@ -1,4 +1,4 @@
-"""`vllm-specdec status`: parsing /metrics, figures, verdicts, the CLI (pure logic, fast).
+"""`vllm-specdec status`: figures, verdicts, the CLI (pure logic, fast).
 
 The real-server checks (a `vllm serve` with and without the opt-in) are in
 tests/engine/test_observability.py.
@@ -14,19 +14,18 @@ from collections.abc import Iterator
 import pytest
 
 from vllm_specdec_plugin import cli
+from vllm_specdec_plugin.cli import scrape
 from vllm_specdec_plugin.cli import status as status_cli
-from vllm_specdec_plugin.cli.status_text import (
-    Counters,
+from vllm_specdec_plugin.cli.status_figures import (
     iter_windows,
-    parse_metrics,
-    read_counters,
-    render_text,
     status_of,
     verdict,
     window,
 )
+from vllm_specdec_plugin.cli.status_render import render_text
 from vllm_specdec_plugin.core.types import Decision
 from vllm_specdec_plugin.engine.metrics import SOURCE_SERVED_WITHOUT, decision_labels
+from vllm_specdec_plugin.inputs.vllm_metrics import Counters, parse_metrics, read_counters
 
 # The shape of vLLM 0.32's /metrics (HELP/TYPE lines, _created gauges, engine/model labels).
 DECISION = ('vllm_specdec_decision_info{method="ngram",num_speculative_tokens="5",platform="cpu",'
@@ -56,19 +55,6 @@ vllm:generation_tokens_total{engine="0",model_name="m"} 120.0
 
 def counters(text: str) -> Counters:
     return read_counters(parse_metrics(text))
-
-
-def test_parse_prometheus_text() -> None:
-    samples = parse_metrics(
-        '# HELP x y\nplain 3\nwith_ts{a="1"} 2.5 1700000000000\n'
-        'esc{q="say \\"hi\\"",b="a\\\\b",n="x\\ny"} 1\n'
-        "broken{a=1} 4\nno_value\n  \nspaced{ a=\"1\" , } +Inf\n")
-    by_name = {s.name: s for s in samples}
-    assert set(by_name) == {"plain", "with_ts", "esc", "spaced"}
-    assert by_name["plain"].value == 3 and by_name["with_ts"].labels == {"a": "1"}
-    assert by_name["with_ts"].value == 2.5
-    assert by_name["esc"].labels == {"q": 'say "hi"', "b": "a\\b", "n": "x\ny"}
-    assert by_name["spaced"].value == float("inf")
 
 
 def test_figures_of_a_speculating_server() -> None:
@@ -240,9 +226,9 @@ def test_cli_watch_is_bounded(serve, capsys) -> None:
 
 
 def test_metrics_url() -> None:
-    assert status_cli.metrics_url("localhost:8000") == "http://localhost:8000/metrics"
-    assert status_cli.metrics_url("https://h/v/metrics/") == "https://h/v/metrics"
-    assert status_cli.metrics_url("http://h:1/base/") == "http://h:1/base/metrics"
+    assert scrape.metrics_url("localhost:8000") == "http://localhost:8000/metrics"
+    assert scrape.metrics_url("https://h/v/metrics/") == "https://h/v/metrics"
+    assert scrape.metrics_url("http://h:1/base/") == "http://h:1/base/metrics"
 
 
 def test_watch_keeps_watching_through_failed_scrapes(serve, capsys) -> None:
@@ -253,8 +239,8 @@ def test_watch_keeps_watching_through_failed_scrapes(serve, capsys) -> None:
 
     def flaky(address: str) -> str:
         if next(answers) == "fail":
-            raise status_cli.StatusError("cannot reach the server (connection refused)")
-        return status_cli.fetch(address)
+            raise scrape.StatusError("cannot reach the server (connection refused)")
+        return scrape.fetch(address)
 
     naps: list[float] = []
     assert status_cli.main(["--url", url, "--watch", "2", "--count", "2", "--json"],
@@ -265,11 +251,11 @@ def test_watch_keeps_watching_through_failed_scrapes(serve, capsys) -> None:
     assert err.count("scrape failed (cannot reach the server") == 2 and "retrying in 4s" in err
 
     def down(address: str) -> str:
-        raise status_cli.StatusError("cannot reach the server (connection refused)")
+        raise scrape.StatusError("cannot reach the server (connection refused)")
 
     naps.clear()
     assert status_cli.main(["--url", url, "--watch", "1", "--json"], fetcher=down,
                            sleep=naps.append) == 1
     err = capsys.readouterr().err
-    assert f"{status_cli.WATCH_MAX_FAILURES} scrapes in a row failed" in err
+    assert f"{scrape.WATCH_MAX_FAILURES} scrapes in a row failed" in err
     assert naps == [1.0, 2.0, 4.0, 8.0, 8.0]  # capped at WATCH_MAX_BACKOFF intervals

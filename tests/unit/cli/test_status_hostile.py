@@ -16,9 +16,10 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
-from bounded import Bounded, run_bounded
+from support.bounded import Bounded, run_bounded
 
 from vllm_specdec_plugin import cli
+from vllm_specdec_plugin.cli import scrape
 from vllm_specdec_plugin.cli import status as status_cli
 from vllm_specdec_plugin.core.limits import MAX_METRICS_BYTES
 
@@ -113,7 +114,7 @@ def test_endless_body_is_cut_at_the_size_cap(server):
     assert f"answered more than {MAX_METRICS_BYTES} bytes" in one_line(done.stderr)
 
 
-# The deadline the scrape tests set (status.FETCH_TIMEOUT_S, in the child) and the slack they
+# The deadline the scrape tests set (scrape.FETCH_TIMEOUT_S, in the child) and the slack they
 # allow past it; a hostile server keeps going for TRICKLE_FOR_S (longer than deadline + slack),
 # then stops by itself, and stops at once when the client hangs up.
 DEADLINE_S, SLACK_S, TRICKLE_FOR_S = 1.0, 2.0, 12.0
@@ -141,8 +142,8 @@ def status_timed(url: str, extra: tuple[str, ...] = ()) -> tuple[int, float, str
     done = run_bounded(f"""
         import time
         from vllm_specdec_plugin import cli
-        from vllm_specdec_plugin.cli import status
-        status.FETCH_TIMEOUT_S = {DEADLINE_S}
+        from vllm_specdec_plugin.cli import scrape
+        scrape.FETCH_TIMEOUT_S = {DEADLINE_S}
         start = time.monotonic()
         code = cli.main(["status", "--url", {url!r}, *{list(extra)!r}])
         print("exit", code, time.monotonic() - start)
@@ -200,12 +201,12 @@ def test_a_hanging_name_lookup_ends_by_the_deadline():
     """getaddrinfo has no timeout of its own; the scrape's deadline covers it too."""
     done = run_bounded("""
         import socket, time
-        from vllm_specdec_plugin.cli import status
+        from vllm_specdec_plugin.cli import scrape
         socket.getaddrinfo = lambda *args, **kwargs: time.sleep(20)
         start = time.monotonic()
         try:
-            status.fetch("http://metrics.example:8000/metrics", timeout=1)
-        except status.StatusError as exc:
+            scrape.fetch("http://metrics.example:8000/metrics", timeout=1)
+        except scrape.StatusError as exc:
             print(round(time.monotonic() - start, 1), exc)
     """, timeout_s=30)
     assert done.returncode == 0 and "did not answer within 1 s" in done.stdout, done
@@ -213,7 +214,7 @@ def test_a_hanging_name_lookup_ends_by_the_deadline():
 
 
 def test_the_cli_deadline_is_the_scrape_deadline():
-    assert status_cli.FETCH_TIMEOUT_S == 10.0
+    assert scrape.FETCH_TIMEOUT_S == 10.0
 
 
 @pytest.mark.parametrize(("name", "handle", "needle"), [

@@ -1,4 +1,5 @@
-"""The decision table and its validation rules (pure, no engine)."""
+"""The decision table and its validation rules (pure, no engine); the load-aware schedule and the
+num_speculative_tokens rule are in test_decision_schedule.py."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 from conftest import release_caps
+from decision_support import CPU, CUDA_033, PRESETS, RBLN, VLLM_032, opted_in, run
 
 from vllm_specdec_plugin.core.decide import decide
 from vllm_specdec_plugin.core.methods import NGRAM_FALLBACK, SOURCE_FALLBACK
@@ -14,29 +16,10 @@ from vllm_specdec_plugin.core.types import (
     SOURCE_USER_ENGINE,
     SOURCE_USER_FILE,
     Annotation,
+    CheckpointInfo,
     EngineRequest,
     KaitoRequest,
 )
-from vllm_specdec_plugin.inputs.presets import builtin_preset_table
-
-# vLLM 0.32-like and 0.33-like method sets, so the table is tested without importing vLLM.
-VLLM_032 = ("0.32.0", {"ngram", "suffix", "eagle", "eagle3", "medusa", "mtp", "draft_model",
-                       "ngram_gpu", "deepseek_mtp"},
-            {"eagle", "eagle3", "mtp", "draft_model", "ngram_gpu", "deepseek_mtp"})
-VLLM_033 = ("0.33.0", VLLM_032[1] - {"medusa", "mlp_speculator"}, VLLM_032[2])
-CPU = release_caps("cpu", *VLLM_032)
-CUDA_033 = release_caps("cuda", *VLLM_033)
-RBLN = release_caps("rbln", *VLLM_032)
-PRESETS = builtin_preset_table()
-
-
-def opted_in(**kwargs) -> KaitoRequest:
-    return KaitoRequest(Annotation("true", "test"), **kwargs)
-
-
-def run(kaito=None, caps=CPU, **engine) -> object:
-    engine.setdefault("model", "microsoft/Phi-4-mini-instruct")
-    return decide(kaito or opted_in(), EngineRequest(**engine), caps, PRESETS)
 
 
 @pytest.mark.parametrize("value", [None, "false"])
@@ -191,10 +174,9 @@ def test_config_without_method_or_model():
     assert "neither `method` nor `model`" in decision.errors[0]
 
 
+
+
 # --- the automatic choice (issue: every method, best one a checkpoint allows) ----------------
-from vllm_specdec_plugin.core.types import CheckpointInfo  # noqa: E402
-
-
 def test_auto_order_speculators_then_preset_then_mtp_then_draft_then_fallback():
     spec = CheckpointInfo("/m", speculators=True, mtp_layers=1)
     mtp = CheckpointInfo("/m", mtp_layers=1)
@@ -233,110 +215,6 @@ def test_draft_checks(tmp_path):
     assert inspect_draft(str(tmp_path), CheckpointInfo("/t", vocab_size=10)).draft_method == (
         "eagle")
 
-
-# --- the load-aware schedule -----------------------------------------------------------------
-SCHED = replace(CPU, batch_schedule=True)
-CUDA_V2 = replace(CUDA_033, batch_schedule=True,
-                  v2_methods=frozenset({"ngram", "mtp", "eagle", "eagle3"}),
-                  static_schedule={"mtp": "MTP ... (upstream vLLM issue #48494)"})
-CUDA_V1 = replace(CUDA_033, batch_schedule=True, static_schedule={
-    m: "V1 downgrades FULL_AND_PIECEWISE to PIECEWISE" for m in ("ngram", "mtp", "eagle")})
-
-
-def test_plugin_choice_carries_a_load_aware_schedule():
-    decision = run(caps=SCHED, max_num_seqs=64)
-    assert decision.speculative_config["num_speculative_tokens_per_batch_size"] == [
-        [1, 4, 5], [5, 8, 2], [9, 65536, 0]]
-    assert decision.speculative_config["num_speculative_tokens"] == 5
-    assert any("load-aware schedule" in n for n in decision.notes)
-    mtp = run(caps=SCHED, checkpoint=CheckpointInfo("/m", mtp_layers=1)).speculative_config
-    assert mtp["num_speculative_tokens_per_batch_size"] == [[1, 16, 1], [17, 65536, 0]]
-
-
-@pytest.mark.parametrize("caps", [SCHED, CUDA_V2, CUDA_V1], ids=["cpu", "cuda-v2", "cuda-v1"])
-def test_tuned_presets_get_exactly_kaitos_config_everywhere(caps):
-    decision = run(caps=caps, model="Qwen/Qwen3.5-4B")
-    assert decision.speculative_config == {"method": "mtp", "num_speculative_tokens": 1}
-    assert any("exactly as KAITO validated" in n for n in decision.notes)
-
-
-def test_cuda_keeps_the_schedule_only_where_vllm_keeps_it():
-    # V2 runner: ngram keeps full graphs with the schedule
-    v2 = run(caps=CUDA_V2)
-    assert "num_speculative_tokens_per_batch_size" in v2.speculative_config
-    assert any("each distinct k" in n for n in v2.notes)
-    # V1 runner: the schedule would downgrade FULL_AND_PIECEWISE to PIECEWISE
-    v1 = run(caps=CUDA_V1)
-    assert v1.speculative_config == dict(NGRAM_FALLBACK)
-    assert any("PIECEWISE" in n for n in v1.notes)
-    # MTP from the checkpoint on CUDA: upstream #48494, static even on V2
-    mtp = run(caps=CUDA_V2, checkpoint=CheckpointInfo("/m", mtp_layers=1))
-    assert mtp.speculative_config == {"method": "mtp", "num_speculative_tokens": 1}
-    assert any("48494" in n for n in mtp.notes)
-
-
-def test_static_schedule_reasons_read_from_the_installed_vllm():
-    from vllm_specdec_plugin.inputs.vllm_caps import static_schedule_reasons
-
-    reasons = static_schedule_reasons(["ngram", "mtp", "suffix"], {"ngram", "mtp"}, graphs=True)
-    assert set(reasons) == {"mtp", "suffix"} and "48494" in reasons["mtp"]
-    assert "PIECEWISE" in reasons["suffix"]
-    assert static_schedule_reasons(["ngram", "eagle"], (), graphs=False) == {}
-
-
-def test_prefill_only_instance_gets_no_speculation():
-    decision = run(kv_role="kv_producer")
-    assert not decision.enabled and decision.source == "prefill-only"
-    assert decision.errors == () and "prefill-only" in decision.notes[0]
-    assert "prefill-only" in decision.summary()
-    for role in ("kv_consumer", "kv_both", None):
-        assert run(kv_role=role).method == "ngram"
-    user = {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 2}
-    kept = run(kv_role="kv_producer", speculative_config=user)
-    assert kept.enabled and kept.speculative_config == user
-    assert any("prefill-only" in n for n in kept.notes)
-
-
-def test_pipeline_parallelism_warns_and_refuses_by_name():
-    decision = run(pipeline_parallel_size=2)
-    assert decision.enabled and any("#2303" in w for w in decision.warnings)
-    refusing = replace(CPU, pipeline_refusals={"ngram": "no way"})
-    decision = run(caps=refusing, pipeline_parallel_size=2)
-    assert not decision.enabled
-    assert "method 'ngram' cannot run with pipeline parallelism" in decision.errors[0]
-    assert "no way" in decision.errors[0]
-    # PP on the V1 runner: async off, even for mtp
-    decision = run(caps=CUDA_V1, model="Qwen/Qwen3.5-4B", pipeline_parallel_size=2,
-                   async_scheduling=True)
-    assert decision.async_scheduling is False
-
-
-def test_speculators_checkpoint_gets_the_same_checks():
-    spec = CheckpointInfo("/m", speculators=True, speculators_method="eagle3",
-                          speculators_tokens=40)
-    decision = run(caps=RBLN, checkpoint=spec)
-    assert decision.source == "speculators-checkpoint" and decision.method == "eagle3"
-    assert decision.speculative_config == {"num_speculative_tokens": 32}  # RBLN's cap
-    assert decision.async_scheduling is False
-    decision = run(caps=CUDA_033, checkpoint=CheckpointInfo(
-        "/m", speculators=True, speculators_method="medusa", speculators_tokens=3))
-    assert "'medusa' is not supported" in decision.errors[0]
-    decision = run(caps=CUDA_033, checkpoint=CheckpointInfo(
-        "/m", speculators=True, speculators_method="eagle3", speculators_tokens=3))
-    assert decision.enabled and decision.speculative_config is None
-
-
-def test_schedule_off_cases():
-    user = {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4}
-    assert run(caps=SCHED, speculative_config=user).speculative_config == user
-    assert run(caps=SCHED, kaito=opted_in(schedule=False)).speculative_config == dict(
-        NGRAM_FALLBACK)
-    decision = run(caps=SCHED, data_parallel_size=2)
-    assert decision.speculative_config == dict(NGRAM_FALLBACK)
-    assert any("data parallelism" in n for n in decision.notes)
-    decision = run(caps=CPU)  # a vLLM without the schedule
-    assert decision.speculative_config == dict(NGRAM_FALLBACK)
-    assert any("no num_speculative_tokens_per_batch_size" in n for n in decision.notes)
 
 
 # --- the preset is the model's, not the served name's (issue 20) -----------------------------
@@ -386,42 +264,3 @@ def test_tuned_mtp_preset_on_a_local_checkpoint_without_mtp_layers_falls_back():
     assert decision.source == SOURCE_FALLBACK and any("MTP layers" in w for w in decision.warnings)
 
 
-# --- num_speculative_tokens where vLLM has no default (issue 20) -----------------------------
-@pytest.mark.parametrize(("config", "ok"), [
-    ({"method": "ngram"}, False),
-    ({"method": "ngram", "prompt_lookup_max": 4}, False),
-    ({"method": "custom_class", "model": "pkg.Mod"}, False),
-    ({"method": "mtp"}, False),
-    ({"method": "mtp", "model": "/models/mtp-draft"}, True),
-    ({"method": "suffix"}, True),
-    ({"method": "ngram", "num_speculative_tokens": 3}, True),
-])
-def test_methods_vllm_refuses_without_num_speculative_tokens(config, ok):
-    caps = replace(CPU, suffix_available=True, methods=CPU.methods | {"custom_class"})
-    decision = run(caps=caps, speculative_config=config)
-    errors = [e for e in decision.errors if "needs num_speculative_tokens" in e]
-    assert bool(errors) is not ok, decision.errors
-    if config == {"method": "ngram"}:
-        assert errors[0].endswith('add it, e.g. {"method": "ngram", "num_speculative_tokens": 5, '
-                                  '"prompt_lookup_max": 4}')
-
-
-def test_the_tokens_rule_is_in_the_method_table():
-    from vllm_specdec_plugin.core.methods import METHODS
-
-    always = {name for name, spec in METHODS.items() if spec.tokens_required == "always"}
-    assert always == {"ngram", "custom_class", "extract_hidden_states"}
-    assert METHODS["suffix"].tokens_required == "never"
-
-
-def test_adaptive_fallback_says_it_leaves_model_runner_v2():
-    kaito = KaitoRequest(Annotation("true", "test"), fallback="adaptive")
-    # vLLM 0.33.0 has custom_class (vllm/config/speculative.py); VLLM_033's list here predates it
-    caps = replace(CUDA_V2, methods=CUDA_V2.methods | {"custom_class"})
-    cuda = decide(kaito, EngineRequest(model="microsoft/Phi-4-mini-instruct"), caps,
-                  builtin_preset_table())
-    assert cuda.source == "adaptive-fallback"
-    assert any("V1 model runner" in n and "Model Runner V2" in n for n in cuda.notes)
-    cpu = decide(kaito, EngineRequest(model="microsoft/Phi-4-mini-instruct"), SCHED,
-                 builtin_preset_table())
-    assert not any("V1 model runner" in n for n in cpu.notes)  # no V2 runner there

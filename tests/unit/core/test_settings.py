@@ -23,7 +23,7 @@ PACKAGE = Path(settings.__file__).parents[1]
      "VLLM_SPECDEC_ON_ERROR='serve_without' is not one of fail, serve-without"),
     ({"VLLM_SPECDEC_FALLBACK": "lookahead"},
      "VLLM_SPECDEC_FALLBACK='lookahead' is not one of ngram, suffix, adaptive"),
-    ({"VLLM_SPECDEC_SCHEDULE": "OFF"}, "VLLM_SPECDEC_SCHEDULE='OFF' is not one of on, off"),
+    ({"VLLM_SPECDEC_SCHEDULE": "OFF"}, "VLLM_SPECDEC_SCHEDULE='OFF' is not one of on, static, off"),
     ({"VLLM_SPECDEC_FALLBAK": "suffix"},
      "VLLM_SPECDEC_FALLBAK is not a setting of vllm-specdec-plugin"),
 ])

@@ -1,5 +1,6 @@
-"""The cpu-generator-rewind fix's probe and core on the installed vLLM; the engine test that runs
-it in a real engine is tests/engine/test_load.py::test_seeded_requests_prefilled_in_chunks_..."""
+"""The cpu-generator-rewind fix's probe and core on the installed vLLM
+(`engine/changes/worker_gpu_model_runner.py`); the engine test that runs it in a real engine is
+tests/engine/test_load.py::test_seeded_requests_prefilled_in_chunks_..."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from vllm_specdec_plugin.engine import cpu_generator  # noqa: E402
+from vllm_specdec_plugin.engine.changes import worker_gpu_model_runner as runner  # noqa: E402
 from vllm_specdec_plugin.engine.patching import foreign_patcher  # noqa: E402
 
 
@@ -23,8 +24,8 @@ def test_the_installed_vllm_rewinds_with_an_offset_cpu_generators_lack():
         GPUModelRunner._bookkeeping_sync)
     with pytest.raises(RuntimeError, match="CPU Generator does not use offset"):
         torch.Generator().set_offset(0)
-    assert cpu_generator.offset_rewind_fails(torch.Generator())
-    assert cpu_generator.bug_shows()
+    assert runner.offset_rewind_fails(torch.Generator())
+    assert runner.bug_shows()
 
 
 def test_discarded_rows_lose_their_cpu_generator_for_the_call_and_get_it_back():
@@ -32,7 +33,7 @@ def test_discarded_rows_lose_their_cpu_generator_for_the_call_and_get_it_back():
     states = {row: gen.get_state() for row, gen in generators.items()}
     discarded = np.array([True, False, True, False])
     held = dict(generators)
-    with cpu_generator.discarded_rows_unseeded(generators, lambda r: bool(discarded[r])) as taken:
+    with runner.discarded_rows_unseeded(generators, lambda r: bool(discarded[r])) as taken:
         assert set(taken) == {0, 2} and set(generators) == {3}
         torch.rand(4)  # the default generator, as the sampler uses for an unseeded row
     assert generators == held  # the same objects, at the same rows
@@ -42,7 +43,7 @@ def test_discarded_rows_lose_their_cpu_generator_for_the_call_and_get_it_back():
 def test_generators_come_back_when_the_step_fails():
     generators = {1: torch.Generator()}
     with pytest.raises(ValueError, match="the step failed"), \
-            cpu_generator.discarded_rows_unseeded(generators, lambda r: True):
+            runner.discarded_rows_unseeded(generators, lambda r: True):
         assert generators == {}
         raise ValueError("the step failed")
     assert set(generators) == {1}

@@ -1,7 +1,7 @@
 """The one adapter for vLLM internals: its mechanism, and the bug fixes proven where vLLM calls.
 
-The fixes run in fresh processes (tests/patch_probe.py), in both orders of "plugin loads" and
-"the CPU platform registers its kernels", and are checked through the functions vLLM's rejection
+The fixes run in fresh processes (tests/support/patch_probe.py), in both orders of "plugin loads"
+and "the CPU platform registers its kernels", and are checked through the functions vLLM's rejection
 sampler itself calls, never through the attribute the plugin swapped.
 """
 
@@ -14,8 +14,9 @@ import sys
 import pytest
 from conftest import patch_probe
 
-from vllm_specdec_plugin.engine import fixes, patching
-from vllm_specdec_plugin.engine.patching import Patch, apply_patch, restore
+from vllm_specdec_plugin.engine import patching, registry, releases
+from vllm_specdec_plugin.engine.changes import sample_rejection_sampler
+from vllm_specdec_plugin.engine.patching import Change, Patch, apply_patch, restore
 
 FIXES = ["cpu-expand-kernel", "top-k-empty-batch"]
 
@@ -60,8 +61,8 @@ def test_fixed_expand_matches_the_kernel_contract():
     for dtype in (torch.float32, torch.int32, torch.int64):
         output = torch.full((6,), -7, dtype=dtype)
         values = torch.tensor([3, 0, 5], dtype=dtype)
-        fixes.expand_fixed(output, values, torch.tensor([2, 3, 5], dtype=torch.int32), 0,
-                                  9)
+        sample_rejection_sampler.expand_fixed(output, values,
+                                              torch.tensor([2, 3, 5], dtype=torch.int32), 0, 9)
         assert output.tolist() == [3, 3, 9, 5, 5, -7]  # 0 -> 9 (replace_from -> replace_to)
 
 
@@ -123,7 +124,9 @@ def test_a_fix_that_does_not_reach_vllm_is_undone_and_reported(packages, plugin_
     target, _ = packages
     original = target.f
     apply_patch(Patch("t-one", target, "f", "r"), ours)
-    patching.prove("t-one", lambda: True, "target_pkg.caller", announce=True)
+    change = Change(name="t-one", kind="bug-fix", targets=("target_pkg.f",), tested_on=("0.32",),
+                    apply=lambda announce: None, without="the bug remains")
+    assert patching.prove(change, lambda: True, "target_pkg.caller", announce=True) is False
     assert target.f is original
     (warning,) = plugin_log.at(logging.WARNING)
     assert "t-one fix did not reach target_pkg.caller" in warning
@@ -134,15 +137,15 @@ def test_a_fix_that_does_not_reach_vllm_is_undone_and_reported(packages, plugin_
     ("0.31.0", True),  # between tested releases, tested by nothing
     ("0.34.0", True), ("0.3.30", True), ("1.0.0", True), (None, True)])
 def test_tested_vllm_releases(version, outside):
-    assert patching.untested_vllm(version) is outside
+    assert releases.untested_vllm(version) is outside
 
 
 def test_untested_vllm_warns_once(monkeypatch, plugin_log):
     import vllm
 
     monkeypatch.setattr(vllm, "__version__", "0.99.0")
-    monkeypatch.setattr(patching, "_warned_untested", False)
-    patching.warn_if_untested_vllm()
-    patching.warn_if_untested_vllm()
+    monkeypatch.setattr(registry, "_warned_untested", False)
+    registry.warn_if_untested_vllm()
+    registry.warn_if_untested_vllm()
     (warning,) = plugin_log.at(logging.WARNING)
     assert "vLLM 0.99.0 is outside the versions" in warning and "(0.30, 0.32, 0.33)" in warning

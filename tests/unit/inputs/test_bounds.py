@@ -1,7 +1,7 @@
 """Hostile and broken files and flags: each class refused with one line, never a traceback.
 
 The classes about memory or time (alias expansion) run in a child process under a memory and
-time limit (`tests/bounded.py`); the others in-process, where any exception but
+time limit (`tests/support/bounded.py`); the others in-process, where any exception but
 `SpecDecodeConfigError` fails the test.
 """
 
@@ -10,21 +10,21 @@ from __future__ import annotations
 import json
 
 import pytest
-from bounded import run_bounded
+from support.bounded import run_bounded
 
 from vllm_specdec_plugin.core.errors import SpecDecodeConfigError
 from vllm_specdec_plugin.core.limits import MAX_DEPTH, MAX_INT_DIGITS, MAX_YAML_NODES
 from vllm_specdec_plugin.core.settings import ANNOTATION_KEY
-from vllm_specdec_plugin.inputs import files
+from vllm_specdec_plugin.inputs import parsers
 from vllm_specdec_plugin.inputs.annotations import read_annotation, read_annotations_file
 from vllm_specdec_plugin.inputs.checkpoint import inspect_checkpoint, inspect_draft
 from vllm_specdec_plugin.inputs.engine_args import check_argv
-from vllm_specdec_plugin.inputs.files import load_json, load_yaml
 from vllm_specdec_plugin.inputs.inference_config import (
     load_inference_config,
     parse_inference_config,
     parse_speculative_config,
 )
+from vllm_specdec_plugin.inputs.parsers import load_json, load_yaml
 from vllm_specdec_plugin.inputs.presets import parse_preset_table
 
 
@@ -92,7 +92,7 @@ def nested_json(depth: int) -> str:
 def test_deep_yaml_refused(monkeypatch, depth, loader):
     """libyaml's parser has a nesting limit of its own (1000); the composer counts to 64."""
     if loader == "python":
-        monkeypatch.setattr(files, "BoundedLoader", files.PyBoundedLoader)
+        monkeypatch.setattr(parsers, "BoundedLoader", parsers.PyBoundedLoader)
     with pytest.raises(SpecDecodeConfigError, match=f"c.yaml:2 (is refused: it nests deeper "
                                                     f"than {MAX_DEPTH} levels|is not valid "
                                                     "YAML .exceeded maximum nesting depth)"):

@@ -6,7 +6,7 @@ import json
 import logging
 
 import pytest
-from bounded import run_bounded
+from support.bounded import run_bounded
 
 from vllm_specdec_plugin.core.errors import SpecDecodeConfigError
 from vllm_specdec_plugin.core.limits import MAX_ANNOTATIONS_BYTES

@@ -17,24 +17,21 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vllm_specdec_plugin.cli.status import metrics_url
-from vllm_specdec_plugin.cli.status_text import (
-    parse_metrics,
-    read_counters,
-    render_text,
-    status_of,
-)
+from vllm_specdec_plugin.cli.scrape import metrics_url
+from vllm_specdec_plugin.cli.status_figures import status_of
+from vllm_specdec_plugin.cli.status_render import render_text
 from vllm_specdec_plugin.core.errors import SpecDecodeConfigError
 from vllm_specdec_plugin.core.settings import ANNOTATION_KEY, RUNTIME_KEY
 from vllm_specdec_plugin.inputs.annotations import parse_annotations
 from vllm_specdec_plugin.inputs.checkpoint import inspect_checkpoint
 from vllm_specdec_plugin.inputs.engine_args import check_argv
-from vllm_specdec_plugin.inputs.files import load_json
 from vllm_specdec_plugin.inputs.inference_config import (
     parse_inference_config,
     parse_speculative_config,
 )
+from vllm_specdec_plugin.inputs.parsers import load_json
 from vllm_specdec_plugin.inputs.presets import parse_preset_table
+from vllm_specdec_plugin.inputs.vllm_metrics import parse_metrics, read_counters
 from vllm_specdec_plugin.platforms.memory import available_memory
 
 MEMORY_BOUND = 64 << 20

@@ -302,7 +302,7 @@ def test_shipped_manifest_with_the_annotation_removed_serves_without_speculation
         capsys, tmp_path, manifest):
     """The downward API sets the env var to "" when the annotation is absent: "not set", the
     annotations file decides, and it has no opt-in key: off, exit 0 (it crash-looped before)."""
-    from manifests import K8S, pod_view
+    from support.manifests import K8S, pod_view
 
     root, path = host_root(tmp_path, "cpu")
     env = pod_view(K8S / manifest, tmp_path, {"kaito.sh/enable-speculative-decoding": None})
@@ -316,7 +316,7 @@ def test_shipped_manifest_with_the_annotation_removed_serves_without_speculation
 
 
 def test_empty_opt_in_written_in_the_annotations_file_is_still_refused(capsys, tmp_path):
-    from manifests import K8S, pod_view
+    from support.manifests import K8S, pod_view
 
     root, path = host_root(tmp_path, "cpu")
     env = pod_view(K8S / "deployment.yaml", tmp_path, {"kaito.sh/enable-speculative-decoding": ""})

@@ -7,7 +7,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from bounded import run_bounded
+from support.bounded import run_bounded
 
 from vllm_specdec_plugin.core.errors import SpecDecodeConfigError
 from vllm_specdec_plugin.core.limits import MAX_TOOL_OUTPUT_BYTES

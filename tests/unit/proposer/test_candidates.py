@@ -10,11 +10,12 @@ import pytest
 
 from vllm_specdec_plugin.proposer import candidates as candidates_module
 from vllm_specdec_plugin.proposer.candidates import (
-    SUFFIX_SAMPLE_EVERY,
     CandidateFinder,
     vllm_ngram_matcher,
 )
-from vllm_specdec_plugin.proposer.rows import KEY_TOKENS, RowState, RowTable, masked_keys
+from vllm_specdec_plugin.proposer.params import ADAPTIVE_PARAMS
+from vllm_specdec_plugin.proposer.rows import RowTable, masked_keys
+from vllm_specdec_plugin.proposer.state import RowState
 from vllm_specdec_plugin.proposer.stats import CostByBatch, batch_label
 
 
@@ -52,9 +53,9 @@ def test_masked_keys_fast_path_equals_the_masked_one():
     short = np.array([8, 3, 30, 0, 8, 7])
     fast = masked_keys(tokens, 6, long_enough)
     slow = masked_keys(tokens, 6, short)
-    assert fast.tolist() == tokens[:, :KEY_TOKENS].tolist()
+    assert fast.tolist() == tokens[:, :ADAPTIVE_PARAMS.key_tokens].tolist()
     assert slow[1].tolist() == tokens[1, :3].tolist() + [-1] * 5
-    assert slow[3].tolist() == [-1] * KEY_TOKENS
+    assert slow[3].tolist() == [-1] * ADAPTIVE_PARAMS.key_tokens
 
 
 def test_store_reuses_this_cycles_keys_only_when_no_row_was_short():
@@ -107,11 +108,11 @@ def test_suffix_tree_backs_off_from_rows_where_it_finds_nothing(monkeypatch):
         finder.find(list(range(rows)), states, counts, tokens, cycle)
         per_cycle.append(len(finder.suffix.asked) - before)
     assert per_cycle[0] == rows  # first cycle: every row without an n-gram candidate
-    # then at most each row once per SUFFIX_SAMPLE_EVERY cycles (backoff, plus the sample)
-    assert sum(per_cycle[32:]) <= 2 * 32 * rows / SUFFIX_SAMPLE_EVERY
+    # then at most each row once per `suffix_sample_every` cycles (backoff, plus the sample)
+    assert sum(per_cycle[32:]) <= 2 * 32 * rows / ADAPTIVE_PARAMS.suffix_sample_every
     state = states[0]
-    assert state is not None and state.suffix_wait == SUFFIX_SAMPLE_EVERY
-    CandidateFinder.suffix_scored(state, 64, hit=True)  # a hit: asked again next cycle
+    assert state is not None and state.suffix_wait == ADAPTIVE_PARAMS.suffix_sample_every
+    finder.suffix_scored(state, 64, hit=True)  # a hit: asked again next cycle
     assert state.suffix_wait == 1 and state.suffix_next == 65
 
 
@@ -181,7 +182,7 @@ def test_suffix_tree_gets_at_most_the_prompts_last_tokens(monkeypatch):
     assert given[0] == tokens[0, 1000 - bound:1000].tolist()  # the prompt's last `bound`
     assert given[1] == tokens[1, :40].tolist()  # a shorter prompt: whole, as before
     assert [s.suffix_synced for s in states if s] == [1003, 41]  # responses from prompt_len
-    assert CandidateFinder(1, 8, 1024).prompt_tokens == candidates_module.SUFFIX_PROMPT_TOKENS
+    assert CandidateFinder(1, 8, 1024).prompt_tokens == ADAPTIVE_PARAMS.suffix_prompt_tokens
 
 
 @needs_arctic

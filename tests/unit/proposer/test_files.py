@@ -60,7 +60,7 @@ def run_proposer(monkeypatch: pytest.MonkeyPatch, stats: Path, trace: Path) -> N
     sim = Simulated(monkeypatch, rows=2, copying=lambda row: True)
     for _ in range(60):
         sim.step()
-    assert sim.drafter.stats["draft_tokens"] > 0
+    assert sim.drafter.stats.draft_tokens > 0
 
 
 def test_a_link_at_the_stats_path_or_its_old_temp_name_is_not_written_through(tmp_path):

@@ -7,16 +7,13 @@ behaviour (tokens, counters, mixed sampling) in tests/engine/test_adaptive.py.
 from __future__ import annotations
 
 import math
-import random
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vllm_specdec_plugin.proposer import control as control_module
 from vllm_specdec_plugin.proposer.acceptance import (
-    PRIOR_RATE,
     Calibration,
     PooledAcceptance,
     RowEvidence,
@@ -25,8 +22,8 @@ from vllm_specdec_plugin.proposer.acceptance import (
     strength_band,
     token_values,
 )
-from vllm_specdec_plugin.proposer.control import DORMANT_AFTER, PROBE_EVERY, DraftController
-from vllm_specdec_plugin.proposer.costs import BASELINE_EVERY, StepCostTable, bucket
+from vllm_specdec_plugin.proposer.control import DraftController
+from vllm_specdec_plugin.proposer.params import ADAPTIVE_PARAMS
 from vllm_specdec_plugin.proposer.policy import outcome, plan_draft_lengths
 
 
@@ -87,14 +84,14 @@ def test_suffix_strength_has_bands_ngram_one():
 def test_pooled_rates_learn_per_feature_and_report_what_they_expected():
     pooled = PooledAcceptance()
     copying, guessing = ("ngram", 0, True), ("ngram", 0, False)
-    assert pooled.rates(copying) == PRIOR_RATE
+    assert pooled.rates(copying) == ADAPTIVE_PARAMS.prior_rate
     for _ in range(200):
         pooled.observe(copying, 8, 0)
         pooled.observe(guessing, 0, 1)
     assert pooled.rates(copying)[0] > 0.95 and pooled.rates(copying)[3] > 0.95
     assert pooled.rates(guessing)[0] < 0.05
     # later positions of `guessing` were never observed: they keep the prior
-    assert pooled.rates(guessing)[3] == pytest.approx(PRIOR_RATE[3])
+    assert pooled.rates(guessing)[3] == pytest.approx(ADAPTIVE_PARAMS.prior_rate[3])
     expected = pooled.observe(copying, 2, 1)  # 3 trials at rates near 1
     assert 2.8 < expected <= 3.0
 
@@ -125,45 +122,6 @@ def test_token_values_fall_with_position_and_respect_the_limit():
     assert len(values) == 6 and values == sorted(values, reverse=True)
     assert values[0] == pytest.approx(0.9) and values[5] == pytest.approx(0.9 ** 6)
     assert max(token_values((0.9,) * 5, 10.0, 4)) < 1.0  # capped below certainty
-
-
-# -- step costs -------------------------------------------------------------------------------
-
-def test_cost_table_wants_a_baseline_first_and_again_when_stale():
-    table = StepCostTable()
-    assert table.wants_baseline(4) and table.seconds(4, np.array([0, 4])) is None
-    table.observe(4, 0, 0.1)
-    assert not table.wants_baseline(5)  # same bucket (4-7)
-    assert table.wants_baseline(8)       # another bucket
-    for _ in range(BASELINE_EVERY):
-        table.observe(4, 6, 0.13)
-    assert table.wants_baseline(4)
-    assert bucket(1) == 1 and bucket(3) == 2 and bucket(4) == bucket(7) == 3
-
-
-def test_cost_table_recovers_baseline_switch_and_per_token_cost():
-    table = StepCostTable()
-    rng = random.Random(0)
-    for _ in range(600):
-        drafted = rng.choice([0, 0, 2, 5, 9, 14])
-        seconds = 0.08 + (0.004 + 0.002 * drafted if drafted else 0.0)
-        table.observe(16, drafted, seconds * (1 + rng.uniform(-0.02, 0.02)))
-    assert table.baseline(16) == pytest.approx(0.08, rel=0.05)
-    fit = table.extra(16)
-    assert fit is not None
-    switch, per_token = fit
-    assert per_token == pytest.approx(0.002, rel=0.2)
-    assert switch == pytest.approx(0.004, abs=0.002)
-    predicted = table.seconds(16, np.array([0, 10]))
-    assert predicted is not None and predicted[1] == pytest.approx(0.104, rel=0.08)
-
-
-def test_cost_table_without_drafting_steps_uses_the_prior_shape():
-    table = StepCostTable()
-    for _ in range(20):
-        table.observe(32, 0, 0.1)
-    fit = table.extra(32)
-    assert fit is not None and fit[1] > 0 and fit[0] >= 0
 
 
 # -- the plan ---------------------------------------------------------------------------------
@@ -265,18 +223,18 @@ def test_margin_rises_while_drafting_loses_and_falls_while_it_pays():
     for _ in range(40):
         controller.drafted_cycle(1.3)
     assert controller.margin < high
-    assert controller.margin >= control_module.MARGIN_RANGE[0]
+    assert controller.margin >= ADAPTIVE_PARAMS.margin_range[0]
 
 
 def test_dormant_after_idle_cycles_then_awake_when_probes_would_draft():
     controller = DraftController()
-    for _ in range(DORMANT_AFTER - 1):
+    for _ in range(ADAPTIVE_PARAMS.dormant_after - 1):
         controller.planned(0)
     assert not controller.dormant
     controller.planned(0)
     assert controller.dormant and controller.counters["dormant_entries"] == 1
     probed = [row for row in range(64) if controller.probes(row)]
-    assert len(probed) == 64 // PROBE_EVERY
+    assert len(probed) == 64 // ADAPTIVE_PARAMS.probe_every
     controller.planned(0)
     assert [row for row in range(64) if controller.probes(row)] != probed  # it rotates
     controller.planned(3)
@@ -287,10 +245,10 @@ def test_dormant_after_idle_cycles_then_awake_when_probes_would_draft():
 
 def test_dormancy_is_never_one_way():
     controller = DraftController()
-    for _ in range(DORMANT_AFTER):
+    for _ in range(ADAPTIVE_PARAMS.dormant_after):
         controller.planned(0)
     assert controller.dormant
-    for _ in range(control_module.WAKE_EVERY):
+    for _ in range(ADAPTIVE_PARAMS.wake_every):
         controller.planned(0)
     assert not controller.dormant
     assert controller.events[-1]["why"] == "periodic re-probe"
@@ -300,7 +258,7 @@ def test_losing_at_the_highest_margin_sends_it_to_sleep():
     controller = DraftController()
     for _ in range(100):
         controller.drafted_cycle(0.7)
-    assert controller.margin == control_module.MARGIN_RANGE[1]
+    assert controller.margin == ADAPTIVE_PARAMS.margin_range[1]
     assert controller.log_speedup < math.log(0.8)
     controller.planned(4)
     assert controller.dormant

@@ -9,13 +9,14 @@ acceptance and dormancy run on deterministic inputs.
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from vllm_specdec_plugin.proposer import proposer as proposer_module
-from vllm_specdec_plugin.proposer.control import DORMANT_AFTER, WAKE_EVERY
+from vllm_specdec_plugin.proposer.params import ADAPTIVE_PARAMS
 
 MAX_LEN = 4096
 VOCAB = 30000
@@ -60,7 +61,8 @@ class Simulated:
         """(prompt, continuation) of the next requests to load, before random ones."""
         self.req_ids: list[str | None] = [None] * rows
         self.requests: dict[str, SimpleNamespace] = {}
-        if ids:  # as engine/request_limits.py gives them: the runner's own list and dict
+        if ids:  # as engine/changes/worker_gpu_model_runner.py gives them: the runner's own
+            # list and dict
             self.drafter.request_limits = (self.req_ids, self.requests)
         for row in range(rows):
             self.load(row)
@@ -115,9 +117,9 @@ def test_copying_requests_get_long_drafts_accepted(monkeypatch):
     sim = Simulated(monkeypatch, rows=1, copying=lambda row: True)
     for _ in range(300):
         sim.step()
-    assert sim.drafter.stats["errors"] == 0
+    assert sim.drafter.stats.errors == 0
     assert sim.accepted > 0.8 * sim.drafted > 0
-    assert sim.accepted / sim.drafter.stats["calls"] > 3  # several tokens per step
+    assert sim.accepted / sim.drafter.stats.calls > 3  # several tokens per step
 
 
 def test_open_ended_requests_send_it_dormant_and_copying_ones_wake_it(monkeypatch):
@@ -128,13 +130,13 @@ def test_open_ended_requests_send_it_dormant_and_copying_ones_wake_it(monkeypatc
     control = sim.drafter.control
     assert control.dormant, control.events
     entered = control.events[0]["cycle"]
-    assert entered <= DORMANT_AFTER + 40
+    assert entered <= ADAPTIVE_PARAMS.dormant_after + 40
     assert sim.drafted <= 8 * 16  # next to nothing drafted on text it cannot predict
     phase["copy"] = True
     for row in range(sim.rows):  # every row takes a copying request now
         sim.load(row)
     woke_at = None
-    for _ in range(WAKE_EVERY):
+    for _ in range(ADAPTIVE_PARAMS.wake_every):
         sim.step()
         if not control.dormant:
             woke_at = control.cycle
@@ -154,11 +156,11 @@ def test_dormant_cycles_look_at_a_share_of_the_rows(monkeypatch):
         sim.step()
     stats = sim.drafter.stats
     assert sim.drafter.control.dormant
-    probed_before, calls_before = stats["probed_rows"], stats["calls"]
+    probed_before, calls_before = stats.probed_rows, stats.calls
     for _ in range(40):
         sim.step()
-    per_cycle = (stats["probed_rows"] - probed_before) / (stats["calls"] - calls_before)
-    assert per_cycle <= 32 / 8 + 2  # 1/PROBE_EVERY of the rows, plus new requests once
+    per_cycle = (stats.probed_rows - probed_before) / (stats.calls - calls_before)
+    assert per_cycle <= 32 / 8 + 2  # 1/probe_every of the rows, plus new requests once
 
 
 def test_forced_no_draft_cycles_keep_the_baseline_measured(monkeypatch):
@@ -166,7 +168,7 @@ def test_forced_no_draft_cycles_keep_the_baseline_measured(monkeypatch):
     for _ in range(400):
         sim.step()
     stats = sim.drafter.stats
-    assert stats["baseline_cycles"] >= 2  # the first one, then at least one refresh
+    assert stats.baseline_cycles >= 2  # the first one, then at least one refresh
     baseline = sim.drafter.cost.baseline(1)
     assert baseline == pytest.approx(0.05 + 0.003, rel=0.05)
 
@@ -188,12 +190,12 @@ def test_row_reused_by_another_request_starts_a_fresh_history():
         token = first[n % 8]
         put(0, list(token_ids[0, :n]) + [token])
         drafter.propose([[token]], num_tokens, token_ids)
-    assert drafter.stats["requests"] == 1
+    assert drafter.stats.requests == 1
     other = [9, 10, 11, 12] * 3
     put(0, other)  # row 0 now holds a new request
     drafter.propose([[other[-1]]], num_tokens, token_ids)
-    assert drafter.stats["requests"] == 2
-    state = drafter._table.states[0]
+    assert drafter.stats.requests == 2
+    state = drafter.tracker.table.states[0]
     assert state is not None and state.evidence.factor("ngram") == 1.0
 
 
@@ -206,11 +208,11 @@ def test_a_request_moved_to_another_row_keeps_its_history():
     token_ids[0, :30], token_ids[1, :30] = a, b
     num_tokens[:] = 30
     drafter.propose([[a[-1]], [b[-1]]], num_tokens, token_ids)
-    moved = drafter._table.states[1]
+    moved = drafter.tracker.table.states[1]
     token_ids[0, :31] = b + [7]  # request b now in row 0, one token further
     num_tokens[0] = 31
     drafter.propose([[7]], num_tokens[:1], token_ids[:1])
-    assert drafter.stats["requests"] == 2 and drafter._table.states[0] is moved
+    assert drafter.stats.requests == 2 and drafter.tracker.table.states[0] is moved
 
 
 def test_internal_error_drafts_nothing_and_is_logged_once():
@@ -223,31 +225,30 @@ def test_internal_error_drafts_nothing_and_is_logged_once():
     bad = [[1], [2]]  # two rows sampled, but the arrays disagree: must not raise
     assert drafter.propose(bad, num_tokens[:1], token_ids) == [[], []]
     assert drafter.propose(bad, num_tokens[:1], token_ids) == [[], []]
-    assert drafter.stats["errors"] == 2
+    assert drafter.stats.errors == 2
     assert len(logged) == 1 and "adaptive proposer failed" in logged[0]
 
 
 def test_an_undrafted_candidate_is_followed_to_its_first_miss():
-    from vllm_specdec_plugin.proposer.acceptance import PRIOR_RATE
-    from vllm_specdec_plugin.proposer.rows import Candidate, RowState
+    from vllm_specdec_plugin.proposer.state import Candidate, RowState
 
     drafter = make()
     state = RowState(uid=0, prompt_len=10)
     key = ("ngram", 0, False)
     state.candidates = {"ngram": Candidate([1, 2, 3, 4, 5], 0, False)}
-    drafter._score(state, [1])
+    drafter.learner.score(state, [1], 0, 0)
     assert state.shadows["ngram"].matched == 1
     state.candidates = {"ngram": Candidate([7], 0, False)}  # not followed: one at a time
-    drafter._score(state, [2, 3])  # two tokens (another source's draft was accepted)
+    drafter.learner.score(state, [2, 3], 0, 0)  # two tokens (another source's draft was accepted)
     assert state.shadows["ngram"].matched == 3
-    hits, trials = drafter.pooled._hits[key], drafter.pooled._trials[key]
+    hits, trials = drafter.learner.pooled._hits[key], drafter.learner.pooled._trials[key]
     assert (hits[:3], trials[:3]) == (pytest.approx([1, 1, 1], rel=0.01),
                                       pytest.approx([1, 1, 1], rel=0.01))  # counted as they came
-    drafter._score(state, [9])  # position 4 missed
+    drafter.learner.score(state, [9], 0, 0)  # position 4 missed
     assert not state.shadows
     assert (hits[:3], trials[:3]) == (pytest.approx([1, 1, 1], rel=0.01),
                                       pytest.approx([1, 1, 2], rel=0.01))  # 1-3 hit; 4 missed
-    assert drafter.pooled.rates(key) != PRIOR_RATE
+    assert drafter.learner.pooled.rates(key) != ADAPTIVE_PARAMS.prior_rate
     assert state.evidence.hits["ngram"] == 3  # the row's evidence: once, when it resolved
 
 
@@ -260,12 +261,12 @@ def test_rows_that_never_draft_still_learn_every_draft_position(monkeypatch):
     for _ in range(40):
         sim.step()
     assert sim.drafted == 0
-    rates = sim.drafter.pooled.rates(("ngram", 1, True))  # 4-5 token matches
+    rates = sim.drafter.learner.pooled.rates(("ngram", 1, True))  # 4-5 token matches
     assert min(rates[:4]) > 0.9, rates  # positions 1, 2, 3-4, 5-8 of copying rows
 
 
 def test_the_stats_file_ends_with_the_last_call(monkeypatch, tmp_path):
-    """Written every STATS_EVERY calls and at new requests, and once more after the engine has
+    """Written every `stats_every` calls and at new requests, and once more after the engine has
     gone idle: the run's last calls are in it."""
     import json
     import time
@@ -274,12 +275,13 @@ def test_the_stats_file_ends_with_the_last_call(monkeypatch, tmp_path):
 
     path = tmp_path / "stats.json"
     monkeypatch.setenv(ENV_ADAPTIVE_STATS, str(path))
-    monkeypatch.setattr(proposer_module, "STATS_IDLE_S", 0.05)
+    monkeypatch.setattr(proposer_module.AdaptiveProposer, "params",
+                        replace(ADAPTIVE_PARAMS, stats_idle_s=0.05))
     sim = Simulated(monkeypatch, rows=2, copying=lambda row: False)
-    calls = proposer_module.STATS_EVERY + 3
+    calls = ADAPTIVE_PARAMS.stats_every + 3
     for _ in range(calls):
         sim.step()
-    assert sim.drafter.stats["requests"] == 2  # no new request forced the last writes
+    assert sim.drafter.stats.requests == 2  # no new request forced the last writes
     deadline = time.monotonic() + 10
     while json.loads(path.read_text())["calls"] != calls and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -287,8 +289,9 @@ def test_the_stats_file_ends_with_the_last_call(monkeypatch, tmp_path):
 
 
 def test_no_draft_reaches_past_the_requests_last_token(monkeypatch):
-    """Given the runner's requests (engine/request_limits.py), a copying request near its
-    max_tokens drafts only what it can still emit: vLLM would verify the rest and drop it."""
+    """Given the runner's requests (engine/changes/worker_gpu_model_runner.py), a copying request
+    near its max_tokens drafts only what it can still emit: vLLM would verify the rest and drop
+    it."""
     sim = Simulated(monkeypatch, rows=4, copying=lambda row: True, ids=True)
     end = 200 + 96  # every simulated request: a 200-token prompt, then 96 tokens
     binding = 0
@@ -299,4 +302,4 @@ def test_no_draft_reaches_past_the_requests_last_token(monkeypatch):
             assert len(draft) <= max(end - int(counts[row]) - 1, 0)
             binding += bool(draft) and len(draft) == end - int(counts[row]) - 1
     stats = sim.drafter.stats
-    assert stats["limited_requests"] == stats["requests"] > 4 and binding > 0
+    assert stats.limited_requests == stats.requests > 4 and binding > 0

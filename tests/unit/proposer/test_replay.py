@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_specdec_plugin.proposer.costs import bucket
+from vllm_specdec_plugin.core.step_cost import bucket
 from vllm_specdec_plugin.proposer.trace import Prediction, read, replay
 
 TRACE = Path(__file__).parent / "data" / "adaptive_trace.jsonl.gz"

@@ -1,5 +1,6 @@
 """Which request a batch row holds (issue 29, defect 1): by vLLM's request ids where the runner
-gives them (`engine/request_limits.py`), by tokens only where it does not (`proposer/rows.py`).
+gives them (`engine/changes/worker_gpu_model_runner.py`), by tokens only where it does not
+(`proposer/rows.py`).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from test_proposer import VOCAB, Simulated, make
 
 def row_state(sim: Simulated, row: int):
     """The state the proposer holds for `row`'s request: by its id, else by the row."""
-    table = sim.drafter._table
+    table = sim.drafter.tracker.table
     return table.by_id.get(sim.req_ids[row]) or table.states[row]
 
 
@@ -34,7 +35,7 @@ def test_a_new_request_with_a_departed_ones_template_and_length_starts_afresh(mo
     state = row_state(sim, 0)
     assert state is not first and state.uid != first.uid
     assert state.end == last_count + 96  # B's own end, not A's
-    assert sim.drafter.stats["requests"] == 2
+    assert sim.drafter.stats.requests == 2
     while sim.emitted[0] < len(sim.truth[0]):
         sim.step()
     assert sim.drafted - drafted_before > 48  # B drafts (most of its 96 tokens)
@@ -45,13 +46,13 @@ def test_a_request_moved_to_another_row_is_found_by_its_id():
     moved request keeps its state (by id, whatever its tokens); the departed one is stopped."""
     drafter = make(rows=2)
     stopped = []
-    stop = drafter._stop
+    stop = drafter.tracker.on_stop
 
     def spy(state):
         stopped.append(state)
         stop(state)
 
-    drafter._stop = spy
+    drafter.tracker.on_stop = spy
     token_ids = np.zeros((2, 256), dtype=np.int32)
     num_tokens = np.full(2, 30, dtype=np.int32)
     same_tokens = list(range(100, 130))  # the same prompt in both rows: tokens cannot tell
@@ -59,13 +60,13 @@ def test_a_request_moved_to_another_row_is_found_by_its_id():
     ids: list[str | None] = ["a", "b"]
     drafter.request_limits = (ids, {})
     drafter.propose([[same_tokens[-1]], [same_tokens[-1]]], num_tokens, token_ids)
-    a, b = drafter._table.by_id["a"], drafter._table.by_id["b"]
+    a, b = drafter.tracker.table.by_id["a"], drafter.tracker.table.by_id["b"]
     ids[:] = ["b"]  # a finished; b moved into row 0, one token further
     token_ids[0, 30] = 7
     num_tokens[0] = 31
     drafter.propose([[7]], num_tokens[:1], token_ids[:1])
-    assert drafter._table.by_id == {"b": b} and stopped == [a]
-    assert drafter.stats["requests"] == 2
+    assert drafter.tracker.table.by_id == {"b": b} and stopped == [a]
+    assert drafter.stats.requests == 2
 
 
 def test_rows_beyond_the_request_ids_are_matched_by_their_tokens():
@@ -75,9 +76,9 @@ def test_rows_beyond_the_request_ids_are_matched_by_their_tokens():
     token_ids[0, :30], token_ids[1, :30] = range(100, 130), range(200, 230)
     drafter.request_limits = (["a"], {})  # no id for row 1
     drafter.propose([[129], [229]], num_tokens, token_ids)
-    by_tokens = drafter._table.states[1]
-    assert by_tokens is not None and drafter._table.states[0] is None
+    by_tokens = drafter.tracker.table.states[1]
+    assert by_tokens is not None and drafter.tracker.table.states[0] is None
     token_ids[:, 30] = 5
     num_tokens[:] = 31
     drafter.propose([[5], [5]], num_tokens, token_ids)
-    assert drafter._table.states[1] is by_tokens and drafter.stats["requests"] == 2
+    assert drafter.tracker.table.states[1] is by_tokens and drafter.stats.requests == 2

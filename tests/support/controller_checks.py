@@ -1,0 +1,37 @@
+"""The schedule controller's contract checks, shared by the vLLM 0.32 engine tier
+(tests/engine/test_schedule_controller.py) and the vLLM 0.33 tier (tests/compat/test_vllm033.py):
+tests/support/controller_contract.py run in that venv, and what its answer must show."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from conftest import clean_env
+
+CONTRACT = Path(__file__).resolve().parent / "controller_contract.py"
+
+
+def contract(python: str, model: str, tmp_path: Path) -> dict:
+    proc = subprocess.run([python, str(CONTRACT), model], capture_output=True, text=True,
+                          env=clean_env(tmp=tmp_path), timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def check_contract(found: dict) -> None:
+    """What vLLM's own schedule() scheduled is, step by step, what the controller wrote; only
+    values of the dense lookup (the k values MRV2 captures graphs for) are ever written; the
+    async scheduler runs the same wrappers."""
+    assert "schedule-controller (shortcut)" in found["changes"]
+    for mode in ("sync", "async"):
+        cell = found[mode]
+        assert cell["controller"] is True, cell
+        assert cell["k_set"] == cell["lookup_values"] == [0, 2, 5]
+        decode = [s for s in cell["steps"] if not s["prefill"]]
+        assert all(s["scheduled_k"] == s["lookup_k"] for s in cell["steps"])
+        assert {s["scheduled_k"] for s in decode} <= set(cell["k_set"])
+        assert len({s["scheduled_k"] for s in decode}) > 1  # the controller did write
+    assert found["async"]["class"].endswith("AsyncScheduler")
+

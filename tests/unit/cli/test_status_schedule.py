@@ -1,0 +1,84 @@
+"""The schedule controller's gauges: from the engine core's snapshot (engine/schedule_report.py)
+through a Prometheus registry and its text format, read back by the one reader
+(inputs/vllm_metrics.py) into `vllm-specdec status`'s lines."""
+
+from __future__ import annotations
+
+import json
+
+from vllm_specdec_plugin.cli.status_figures import status_of
+from vllm_specdec_plugin.cli.status_render import render_text, schedule_lines
+from vllm_specdec_plugin.core.schedule_control import ScheduleController, Step
+from vllm_specdec_plugin.core.step_cost import bucket
+from vllm_specdec_plugin.engine import schedule_report
+from vllm_specdec_plugin.inputs.vllm_metrics import parse_metrics, read_counters
+
+PRIOR = [5] * 5 + [2] * 4 + [0] * 56
+
+
+def learned() -> ScheduleController:
+    """Batch 1: k=5 returns 1.6x tokens per second; batch 16: every k>0 costs."""
+    controller = ScheduleController(PRIOR, (0, 2, 5))
+    lookup = list(PRIOR)
+    for batch, rate in ((1, {0: 10.0, 2: 13.0, 5: 16.0}), (16, {0: 10.0, 2: 9.5, 5: 9.0})):
+        for step in range(1500):
+            k = lookup[batch]
+            seconds = 0.01 * (1 + 0.02 * (step % 3))
+            change = controller.observe(Step(batch, k, seconds, round(batch * rate[k] * seconds
+                                                                      * 100) // 1, batch * k))
+            if change:
+                key, new = change
+                for b in range(1 << (key - 1), min(1 << key, len(lookup))):
+                    lookup[b] = new
+    return controller
+
+
+def exposition(tmp_path) -> str:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    path = tmp_path / "schedule.json"
+    path.write_text(json.dumps(schedule_report.snapshot(learned(), None, 0.0012, 100, "m")))
+    registry = CollectorRegistry()
+    registry.register(schedule_report.ScheduleCollector(str(path)))
+    return generate_latest(registry).decode()
+
+
+def test_gauges_reach_status_lines(tmp_path):
+    text = exposition(tmp_path)
+    assert 'vllm_specdec_schedule_k{batch_bucket="1-1",model_name="m"} 5.0' in text
+    assert 'vllm_specdec_schedule_k{batch_bucket="16-31",model_name="m"} 0.0' in text
+    assert 'vllm_specdec_schedule_gain_pairs{batch_bucket="1-1",k="0",model_name="m"}' in text
+    assert 'vllm_specdec_schedule_overhead_us_per_step{model_name="m"} 12.0' in text
+    status = status_of(read_counters(parse_metrics(text)))
+    cells = {cell["batch_bucket"]: cell for cell in status.schedule}
+    assert cells["1-1"]["k"] == 5 and cells["16-31"]["k"] == 0
+    lines = schedule_lines(status.schedule)
+    assert lines[0].startswith("batch 1-1: k=5, +6") and "against k=0" in lines[0]
+    assert lines[1].startswith("batch 16-31: k=0; k=2 would cost") and "k=5 would cost" in lines[1]
+    assert "schedule:" in render_text(status)
+    assert json.loads(status.to_json())["schedule"] == status.schedule
+
+
+def test_no_snapshot_no_gauges_no_schedule_key(tmp_path):
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    registry = CollectorRegistry()
+    registry.register(schedule_report.ScheduleCollector(str(tmp_path / "absent.json")))
+    assert "vllm_specdec_schedule" not in generate_latest(registry).decode()
+    status = status_of(read_counters(parse_metrics("vllm:generation_tokens_total 3\n")))
+    assert status.schedule is None and "schedule" not in json.loads(status.to_json())
+
+
+def test_a_hostile_snapshot_yields_no_gauge(tmp_path):
+    path = tmp_path / "schedule.json"
+    for body in ("[]", '{"buckets": {"1-1": {"k": "five", "gain": {"2": {"ratio": "x"}}}}}',
+                 "{" * 5000, "\xff\xfe", '{"buckets": 3, "overhead_us_per_step": "1"}'):
+        path.write_text(body, errors="surrogateescape")
+        assert list(schedule_report.ScheduleCollector(str(path)).collect()) == []
+
+
+def test_reader_bounds_schedule_samples():
+    text = "".join(f'vllm_specdec_schedule_k{{batch_bucket="{i}-{i}"}} 1\n' for i in range(9000))
+    counters = read_counters(parse_metrics(text))
+    assert len(counters.schedule) <= 4096
+    assert bucket(1) == 1

@@ -1,0 +1,201 @@
+"""What an engine step costs: a measured table by batch size and drafted tokens.
+
+Pure Python and numpy, no vLLM, no I/O. The adaptive proposer (`proposer/proposer.py`) feeds it
+one sample per clean decode cycle: the time from the start of one `propose` call to the start of
+the next, i.e. the proposer's own time plus the engine step that verified what it proposed (the
+cost the user waits for, not only the GPU's or CPU's share of it). Per batch-size bucket (1, 2-3,
+4-7, 8-15, ...: `bucket`, `bucket_bounds`, `bucket_label`) it keeps
+
+- the no-draft step time (a moving average; scaled within the bucket by rows), kept fresh by a
+  forced no-draft step when it is older than `StepCostParams.baseline_every` of the bucket's
+  cycles, so the baseline every drafting decision compares with is measured, not inferred from
+  drafting steps;
+- the extra time of drafting steps over that baseline, fitted as `switch + per_token * drafted`
+  (a decayed two-parameter least squares, refitted at most every `refit_every` samples), with
+  the prior as pseudo-observations until drafting steps of varied lengths pin it down.
+
+The prior: a step costs as much as `prior_fixed_tokens` verified tokens before the first token
+(measured about 16 on the CPU test engine; GPUs at small batch are far higher), and a drafting
+step pays `prior_switch_fraction` of a step extra (the rejection sampler and the spec metadata).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class StepCostParams:
+    """The step-cost table's tunables (the proposer's `AdaptiveParams.step_cost`)."""
+
+    prior_fixed_tokens: float = 16.0
+    """A step's fixed cost, in verified tokens' worth, before any token (about 16 measured on
+    the CPU test engine; GPUs at small batch are far higher): scales the baseline within a
+    bucket and gives the prior per-token slope `baseline / (prior_fixed_tokens + rows)`."""
+    prior_switch_fraction: float = 0.05
+    """The prior's extra cost of a drafting step, as a share of the no-draft step (the
+    rejection sampler and the spec metadata)."""
+    base_weight: float = 0.2
+    """Moving-average weight of a new no-draft sample."""
+    fit_decay: float = 0.98
+    """Decay of a bucket's drafting-step sums per sample (the last ~50 drafting cycles of a
+    bucket count)."""
+    prior_samples: float = 4.0
+    """The prior's weight in the fit, in pseudo-samples."""
+    min_slope_share: float = 0.25
+    """Floor on the fitted per-token cost, as a share of the prior's slope."""
+    refit_every: int = 8
+    """A bucket's fit is computed again at most every this many drafting samples."""
+    baseline_every: int = 64
+    """A bucket's no-draft time older than this many of its cycles is measured again (one
+    forced no-draft cycle)."""
+
+
+STEP_COST_DEFAULTS = StepCostParams()
+
+
+def bucket(rows: int) -> int:
+    """Batch-size bucket: 1 -> 1, 2-3 -> 2, 4-7 -> 3, 8-15 -> 4, ..."""
+    return max(int(rows), 1).bit_length()
+
+
+def bucket_bounds(key: int) -> tuple[int, int]:
+    """The inclusive batch-size range of bucket `key`: 1 -> (1, 1), 2 -> (2, 3), 3 -> (4, 7)."""
+    if key < 1:
+        raise ValueError(f"bucket {key}: buckets start at 1")
+    low = 1 << (key - 1)
+    return low, 2 * low - 1
+
+
+def bucket_label(key: int) -> str:
+    """Bucket `key`'s batch sizes as text: "1-1", "2-3", "4-7", ..."""
+    low, high = bucket_bounds(key)
+    return f"{low}-{high}"
+
+
+class _Bucket:
+    """One batch-size bucket's measurements."""
+
+    __slots__ = ("since_fit", "base_s", "base_rows", "base_samples", "since_base",
+                 "n", "sd", "sdd", "se", "sde", "fit")
+
+    def __init__(self, since_fit: int) -> None:
+        # drafting samples since the last fit (`refit_every` at first: the first one fits)
+        self.since_fit = since_fit
+        # the no-draft cycle's seconds and rows (moving averages), its samples, and the
+        # cycles since the last one
+        self.base_s = self.base_rows = 0.0
+        self.base_samples = self.since_base = 0
+        # decayed sums of drafting samples: weight, d, d*d, extra, d*extra
+        self.n = self.sd = self.sdd = self.se = self.sde = 0.0
+        # the last fit: (switch, per_token) seconds
+        self.fit: tuple[float, float] | None = None
+
+
+class StepCostTable:
+    """Seconds per decode cycle by (batch size, drafted tokens); see the module docstring."""
+
+    def __init__(self, params: StepCostParams = STEP_COST_DEFAULTS) -> None:
+        self.params = params
+        self._buckets: dict[int, _Bucket] = {}
+        self.samples = 0
+
+    def _bucket(self, rows: int) -> _Bucket:
+        key = bucket(rows)
+        found = self._buckets.get(key)
+        if found is None:
+            # the first drafting sample fits at once
+            found = self._buckets[key] = _Bucket(since_fit=self.params.refit_every)
+        return found
+
+    def baseline(self, rows: int) -> float | None:
+        """Seconds of a no-draft cycle at `rows` rows, or None before one was measured."""
+        cell = self._buckets.get(bucket(rows))
+        if cell is None or not cell.base_samples:
+            return None
+        fixed = self.params.prior_fixed_tokens
+        return cell.base_s * (fixed + rows) / (fixed + cell.base_rows)
+
+    def wants_baseline(self, rows: int) -> bool:
+        """Whether the next cycle at `rows` should draft nothing, to measure the baseline."""
+        cell = self._buckets.get(bucket(rows))
+        return (cell is None or not cell.base_samples
+                or cell.since_base >= self.params.baseline_every)
+
+    def observe(self, rows: int, drafted: int, seconds: float) -> None:
+        """One clean cycle: `rows` rows decoded, `drafted` tokens verified besides them."""
+        cell = self._bucket(rows)
+        self.samples += 1
+        if drafted <= 0:
+            if cell.base_samples:
+                weight = self.params.base_weight
+                cell.base_s += weight * (seconds - cell.base_s)
+                cell.base_rows += weight * (rows - cell.base_rows)
+            else:
+                cell.base_s, cell.base_rows = seconds, float(rows)
+            cell.base_samples += 1
+            cell.since_base = 0
+            return
+        cell.since_base += 1
+        base = self.baseline(rows)
+        if base is None:
+            return  # nothing to measure the extra against yet
+        extra, d, f = seconds - base, float(drafted), self.params.fit_decay
+        cell.n = cell.n * f + 1.0
+        cell.sd = cell.sd * f + d
+        cell.sdd = cell.sdd * f + d * d
+        cell.se = cell.se * f + extra
+        cell.sde = cell.sde * f + d * extra
+        cell.since_fit += 1
+
+    def extra(self, rows: int) -> tuple[float, float] | None:
+        """(switch, per_token): a drafting cycle's seconds over the baseline at `rows`."""
+        base = self.baseline(rows)
+        if base is None:
+            return None
+        cell = self._bucket(rows)
+        p = self.params
+        if cell.fit is not None and cell.since_fit < p.refit_every:
+            return cell.fit
+        slope0 = base / (p.prior_fixed_tokens + rows)
+        switch0 = p.prior_switch_fraction * base
+        mean_d = cell.sd / cell.n if cell.n else float(rows)
+        n, sd, sdd, se, sde = cell.n, cell.sd, cell.sdd, cell.se, cell.sde
+        for d in (max(1.0, mean_d / 2), 2 * mean_d + 1):  # the prior, as two pseudo-samples
+            w = p.prior_samples / 2
+            e = switch0 + slope0 * d
+            n, sd, sdd, se, sde = n + w, sd + w * d, sdd + w * d * d, se + w * e, sde + w * d * e
+        det = n * sdd - sd * sd
+        slope = (n * sde - sd * se) / det if det > 1e-12 else slope0
+        slope = max(slope, p.min_slope_share * slope0)
+        switch = max((se - slope * sd) / n, 0.0)
+        cell.fit, cell.since_fit = (switch, slope), 0
+        return cell.fit
+
+    def seconds(self, rows: int, drafted: np.ndarray) -> np.ndarray | None:
+        """Predicted cycle seconds for each entry of `drafted` (tokens drafted in the step)."""
+        base = self.baseline(rows)
+        fit = self.extra(rows)
+        if base is None or fit is None:
+            return None
+        switch, slope = fit
+        d = np.asarray(drafted, dtype=np.float64)
+        predicted: np.ndarray = base + np.where(d > 0, switch + slope * d, 0.0)
+        return predicted
+
+    def summary(self) -> dict[str, dict[str, float | int | None]]:
+        """Per bucket: no-draft seconds, samples, and the fitted switch and per-token cost."""
+        out: dict[str, dict[str, float | int | None]] = {}
+        for key in sorted(self._buckets):
+            cell = self._buckets[key]
+            rows = bucket_bounds(key)[0]
+            fit = self.extra(max(rows, int(round(cell.base_rows)) or rows))
+            out[f"rows>={rows}"] = {
+                "no_draft_s": cell.base_s if cell.base_samples else None,
+                "no_draft_samples": cell.base_samples,
+                "drafting_samples": round(cell.n, 1),
+                "switch_s": None if fit is None else fit[0],
+                "per_token_s": None if fit is None else fit[1]}
+        return out

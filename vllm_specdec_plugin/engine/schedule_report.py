@@ -1,0 +1,166 @@
+"""The schedule controller's state, from the engine core to `/metrics`.
+
+The controller runs in vLLM's engine-core process; `/metrics` is served by the API server
+process. The engine core writes `snapshot()` as JSON to a file the hook chose (at most once a
+second, atomically: `engine/changes/core_sched_scheduler.py`); the API server's Prometheus
+registry holds a `ScheduleCollector` that reads that file at each scrape (bounded: the project's
+JSON reader) and yields
+
+- `vllm_specdec_schedule_k{batch_bucket}`: the k in force per batch bucket ("1-1", "2-3", ...);
+- `vllm_specdec_schedule_gain{batch_bucket,k}`: the measured tokens/s of k against k=0 in that
+  bucket, with `..._gain_low` / `..._gain_high` (its 90% interval) and `..._gain_pairs` (the
+  paired blocks behind it) beside it;
+- `vllm_specdec_schedule_overhead_us_per_step`: the controller's own time per step.
+
+`vllm-specdec status` reads them back (`cli/`), and `status --json` carries the learned step
+costs the snapshot holds (`step_costs`: what `summary()` of `core/step_cost.StepCostTable` gives).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from vllm_specdec_plugin.core.schedule_control import ScheduleController
+from vllm_specdec_plugin.core.step_cost import bucket_label
+from vllm_specdec_plugin.core.switchback import Switchback
+from vllm_specdec_plugin.inputs.vllm_metrics import SCHEDULE_GAIN as GAIN_METRIC
+from vllm_specdec_plugin.inputs.vllm_metrics import SCHEDULE_K as K_METRIC
+from vllm_specdec_plugin.inputs.vllm_metrics import SCHEDULE_OVERHEAD as OVERHEAD_METRIC
+
+SNAPSHOT_MAX_BYTES = 1 << 20
+
+
+def snapshot(controller: ScheduleController, switchback: Switchback | None, own_s: float,
+             steps: int, model_name: str = "") -> dict[str, Any]:
+    """The controller's state as plain data (what the file holds)."""
+    buckets = {}
+    for key, state in sorted(controller.buckets.items()):
+        gains = {}
+        for k in controller.k_set:
+            found = controller.gain(key, k)
+            if found is not None:
+                ratio, low, high, pairs = found
+                gains[str(k)] = {"ratio": ratio, "low": low if low > 0 else None,
+                                 "high": high if math.isfinite(high) else None, "pairs": pairs}
+        buckets[bucket_label(key)] = {
+            "k": state.incumbent, "prior": state.prior, "block_k": state.block.arm,
+            "steps": state.steps, "explore_steps": state.explore_steps,
+            "switches": state.switches, "history": state.history, "gain": gains}
+    return {"model_name": model_name, "k_set": list(controller.k_set), "buckets": buckets,
+            "overhead_us_per_step": 1e6 * own_s / steps if steps else None,
+            "steps": steps, "step_costs": controller.costs.summary(),
+            "switchback": switchback.report() if switchback is not None else None}
+
+
+def read_snapshot(path: str) -> dict[str, Any] | None:
+    """The file's snapshot, or None while there is none (or it is not one)."""
+    from pathlib import Path
+
+    from vllm_specdec_plugin.inputs.files import read_bounded
+    from vllm_specdec_plugin.inputs.parsers import load_json
+
+    try:
+        text = read_bounded(Path(path), SNAPSHOT_MAX_BYTES).decode("utf-8")
+        found = load_json(text, path, "the engine core rewrites it", SNAPSHOT_MAX_BYTES)
+    except Exception:  # absent before the first step, or half a disk: no gauges this scrape
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def gauge_samples(data: dict[str, Any]) -> Iterator[tuple[str, dict[str, str], float]]:
+    """(metric, labels, value) for every gauge of one snapshot; each carries `model_name`,
+    as vLLM's own metrics do."""
+    model = data.get("model_name")
+    model = model if isinstance(model, str) else ""
+    buckets = data.get("buckets")
+    for label, cell in (buckets.items() if isinstance(buckets, dict) else ()):
+        if not isinstance(cell, dict):
+            continue
+        if isinstance(cell.get("k"), int):
+            yield K_METRIC, {"model_name": model, "batch_bucket": str(label)}, float(cell["k"])
+        gains = cell.get("gain")
+        for k, gain in (gains.items() if isinstance(gains, dict) else ()):
+            if not isinstance(gain, dict):
+                continue
+            labels = {"model_name": model, "batch_bucket": str(label), "k": str(k)}
+            for suffix, field in (("", "ratio"), ("_low", "low"), ("_high", "high"),
+                                  ("_pairs", "pairs")):
+                value = gain.get(field)
+                if isinstance(value, (int, float)):
+                    yield GAIN_METRIC + suffix, labels, float(value)
+    overhead = data.get("overhead_us_per_step")
+    if isinstance(overhead, (int, float)):
+        yield OVERHEAD_METRIC, {"model_name": model}, float(overhead)
+
+
+_HELP = {
+    K_METRIC: "Speculative tokens per step the schedule controller keeps per batch bucket",
+    GAIN_METRIC: "Measured output tokens/s of k against k=0 per batch bucket (paired blocks)",
+    GAIN_METRIC + "_low": "Low end of the 90% interval of vllm_specdec_schedule_gain",
+    GAIN_METRIC + "_high": "High end of the 90% interval of vllm_specdec_schedule_gain",
+    GAIN_METRIC + "_pairs": "Paired blocks behind vllm_specdec_schedule_gain",
+    OVERHEAD_METRIC: "The schedule controller's own microseconds per engine step",
+}
+
+
+class ScheduleCollector:
+    """A Prometheus collector reading the engine core's snapshot at each scrape."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        data = read_snapshot(self.path)
+        if data is None:
+            return
+        families: dict[str, Any] = {}
+        for name, labels, value in gauge_samples(data):
+            family = families.get(name)
+            if family is None:
+                family = families[name] = GaugeMetricFamily(name, _HELP[name],
+                                                             labels=sorted(labels))
+            family.add_metric([labels[key] for key in sorted(labels)], value)
+        yield from families.values()
+
+    def describe(self) -> list[Any]:
+        return []  # described at collection: the buckets appear as the engine runs
+
+
+_collector: ScheduleCollector | None = None
+_gauges: dict[str, Any] = {}
+
+
+def publish(data: dict[str, Any]) -> bool:
+    """In the engine core, where vLLM serves /metrics from several API servers
+    (`PROMETHEUS_MULTIPROC_DIR` set: its registry reads only prometheus_client's shared files,
+    never a collector of ours): set the gauges directly, "mostrecent" across processes.
+    False where that does not apply (the API server's collector reads the file instead)."""
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return False
+    from prometheus_client import Gauge
+
+    for name, labels, value in gauge_samples(data):
+        gauge = _gauges.get(name)
+        if gauge is None:
+            gauge = _gauges[name] = Gauge(name, _HELP[name], labelnames=sorted(labels),
+                                          multiprocess_mode="mostrecent")
+        gauge.labels(**labels).set(value)
+    return True
+
+
+def export(path: str) -> None:
+    """Register (once per process) the collector for `path`; a later engine's path replaces
+    the earlier one's."""
+    global _collector
+    if _collector is not None:
+        _collector.path = path
+        return
+    from prometheus_client import REGISTRY
+
+    _collector = ScheduleCollector(path)
+    REGISTRY.register(_collector)
