@@ -88,22 +88,34 @@ def run_cell(llm: Any, tokenizer: Any, workload: str, concurrency: int, arms: st
                for ids in workload_token_ids(tokenizer, workload, 64)]
     params = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
     runtime.restart(None)
+    before = runtime.steps, runtime.own_s, runtime.report_s
     serve(llm, prompts, params, concurrency, warmup)
     learned = {bucket_label(k): v for k, v in runtime.controller.table().items()}
+    alone = cost_per_step(runtime, before)
     runtime.restart(arms, fresh=False)
-    steps_before, own_before = runtime.steps, runtime.own_s
+    before = runtime.steps, runtime.own_s, runtime.report_s
     start = time.perf_counter()
     generated = serve(llm, prompts, params, concurrency, seconds)
     report = runtime.switchback.report()
     label = bucket_label(bucket(concurrency))
-    steps = runtime.steps - steps_before
     return {"workload": workload, "concurrency": concurrency, "arms": arms.split(","),
             "bucket": label, "cell": report["buckets"].get(label),
             "seconds": round(time.perf_counter() - start, 1), "generated_tokens": generated,
             "table_after_warmup": learned,
             "table": {bucket_label(k): v for k, v in runtime.controller.table().items()},
-            "controller_us_per_step": round(1e6 * (runtime.own_s - own_before) / steps, 2)
-            if steps else None}
+            "cost_us_per_step": {"controller_alone": alone,
+                                 "with_switchback": cost_per_step(runtime, before)}}
+
+
+def cost_per_step(runtime: Any, before: tuple[int, float, float]) -> dict[str, float] | None:
+    """The controller's own microseconds per engine step since `before` (steps, per-step
+    seconds, snapshot seconds): its per-step path and its snapshot writes spread over the
+    steps (`ControlledScheduler.own_s`, `report_s`)."""
+    steps = runtime.steps - before[0]
+    if not steps:
+        return None
+    return {"steps": steps, "per_step_path": round(1e6 * (runtime.own_s - before[1]) / steps, 2),
+            "snapshot": round(1e6 * (runtime.report_s - before[2]) / steps, 2)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

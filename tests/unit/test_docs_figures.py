@@ -17,74 +17,34 @@ Pure: reads the files only.
 
 from __future__ import annotations
 
-import functools
-import json
 import math
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-from decimal import ROUND_HALF_UP, Decimal
-from pathlib import Path
 from typing import Any
 
 import pytest
+from support.result_tables import (
+    _CELL,
+    _RESULT_REF,
+    PAGES,
+    RESULTS,
+    ROOT,
+    Table,
+    by_batch_problems,
+    label_of,
+    result,
+    same,
+    switchback_problems,
+    tables,
+)
 
 from benchmarks.paired.targets import adaptive_target
-
-ROOT = Path(__file__).resolve().parents[2]
-RESULTS = ROOT / "benchmarks" / "results"
-PAGES = [ROOT / "README.md", ROOT / "benchmarks" / "README.md",
-         *sorted((ROOT / "docs").glob("*.md"))]
-
-_CELL = re.compile(r"^(\*\*)?(\d+\.\d+)(\*\*)?\s*\[(\d+\.\d+),\s*(\d+\.\d+)\]$")
-_RESULT_REF = re.compile(r"benchmarks/results/((?:[\w.-]+/)*[\w.-]+)\.(?:md|json)\b")
-_HEADING = re.compile(r"^ {0,3}#{1,6}\s")
-
-
-@functools.cache
-def result(name: str) -> dict[str, Any]:
-    """benchmarks/results/<name>.json (a name may hold a folder: `adaptive-run2/x`)."""
-    return json.loads((RESULTS / f"{name}.json").read_text(encoding="utf-8"))
-
-
-@dataclass
-class Table:
-    where: str  # page:line of the header row
-    above: str  # the section's text from its heading to the table
-    header: list[str]
-    rows: list[tuple[int, list[str]]]
-
-
-def split_row(line: str) -> list[str]:
-    return [cell.strip() for cell in line.strip().strip("|").split("|")]
-
-
-def tables(page: Path) -> Iterator[Table]:
-    lines = page.read_text(encoding="utf-8").splitlines()
-    section, number = 0, 0
-    name = page.relative_to(ROOT)
-    while number < len(lines):
-        if _HEADING.match(lines[number]):
-            section = number
-        if not lines[number].startswith("|"):
-            number += 1
-            continue
-        start = number
-        while number < len(lines) and lines[number].startswith("|"):
-            number += 1
-        rows = [(n + 1, split_row(lines[n])) for n in range(start + 2, number)]
-        yield Table(f"{name}:{start + 1}", "\n".join(lines[section:start]),
-                    split_row(lines[start]), rows)
-        section = number  # a later table cites its own files
 
 
 def figure_tables() -> list[Table]:
     return [table for page in PAGES for table in tables(page)
             if any(_CELL.match(cell) for _, cells in table.rows for cell in cells)]
-
-
-def label_of(cell: str) -> str:
-    return cell.replace("*", "").replace("`", "").strip()
 
 
 def baseline(data: dict[str, Any]) -> str:
@@ -112,14 +72,6 @@ def entry_of(data: dict[str, Any], label: str, concurrency: int) -> dict[str, An
     return rows[0] if rows else None
 
 
-def same(quoted: str, value: float) -> bool:
-    """`quoted` is `value` at the digits quoted: rounded from the value itself or, half up,
-    from the 3-digit figure the result file's <name>.md shows (0.945 there may read 0.95)."""
-    digits = len(quoted.partition(".")[2])
-    shown = Decimal(f"{value:.3f}").quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP)
-    return quoted in (f"{value:.{digits}f}", str(shown))
-
-
 def table_problems(table: Table) -> list[str]:
     cited = sorted(set(_RESULT_REF.findall(table.above)))
     if not cited:
@@ -131,6 +83,8 @@ def table_problems(table: Table) -> list[str]:
                 for name in missing]
     if all("by_batch" in result(name) for name in cited):
         return by_batch_problems(table, list(dict.fromkeys(_RESULT_REF.findall(table.above))))
+    if all(result(name)["meta"].get("kind") == "switchback" for name in cited):
+        return switchback_problems(table, cited)
     columns = {i: int(m.group(1)) for i, head in enumerate(table.header)
                if (m := re.fullmatch(r"c=(\d+)", label_of(head)))}
     against_column = next((i for i, head in enumerate(table.header)
@@ -172,31 +126,6 @@ def table_problems(table: Table) -> list[str]:
             if bold_marks_misses and entry.get("met") is not None and bold != (not entry["met"]):
                 problems.append(f"{where}: c={concurrency} is {'' if bold else 'not '}bold but "
                                 f"{name}.json says met={entry['met']}")
-    return problems
-
-
-def by_batch_problems(table: Table, cited: list[str]) -> list[str]:
-    """A one-engine paired run's table (`benchmarks/probes/zero_draft_paired.py`): a row per
-    batch size, its n-th `ratio [low, high]` column from the n-th file cited above it."""
-    problems = []
-    for line, cells in table.rows:
-        where = f"{table.where.split(':')[0]}:{line}"
-        figures = [cell for cell in cells[1:] if _CELL.match(cell)]
-        if len(figures) != len(cited):
-            problems.append(f"{where}: {len(figures)} figures for {len(cited)} cited files")
-            continue
-        for name, cell in zip(cited, figures, strict=True):
-            entry = result(name)["by_batch"].get(label_of(cells[0]))
-            match = _CELL.match(cell)
-            assert match is not None
-            median, low, high = match.group(2, 4, 5)
-            if entry is None or entry["interval"] is None:
-                problems.append(f"{where}: batch {cells[0]} has no interval in {name}.json")
-                continue
-            if not (same(median, entry["median_ratio"]) and same(low, entry["interval"][0])
-                    and same(high, entry["interval"][1])):
-                problems.append(f"{where}: quotes {median} [{low}, {high}], {name}.json has "
-                                f"{entry['median_ratio']} {entry['interval']}")
     return problems
 
 

@@ -69,7 +69,11 @@ def apply_to_engine_args(args: Any) -> Decision | None:
         message = redact_uri("; ".join(decision.errors))
         logger.error("%s", message)
         raise SpecDecodeConfigError(message)
-    _apply(args, request, decision)
+    try:
+        _apply(args, request, decision)
+    except SpecDecodeConfigError as exc:  # e.g. VLLM_SPECDEC_SWITCHBACK naming an unknown arm
+        logger.error("%s", exc.message)
+        raise
     setattr(args, _APPLIED, decision)
     changes = registry.applied()
     changes_note = f"; changes to vLLM: {registry.describe(changes)}" if changes else ""

@@ -34,8 +34,10 @@ SNAPSHOT_MAX_BYTES = 1 << 20
 
 
 def snapshot(controller: ScheduleController, switchback: Switchback | None, own_s: float,
-             steps: int, model_name: str = "") -> dict[str, Any]:
-    """The controller's state as plain data (what the file holds)."""
+             steps: int, model_name: str = "", report_s: float = 0.0) -> dict[str, Any]:
+    """The controller's state as plain data (what the file holds). Its cost: the per-step path
+    (`overhead_us_per_step`, the gauge) and the snapshot writes spread over the steps
+    (`snapshot_us_per_step`)."""
     buckets = {}
     for key, state in sorted(controller.buckets.items()):
         gains = {}
@@ -51,6 +53,7 @@ def snapshot(controller: ScheduleController, switchback: Switchback | None, own_
             "switches": state.switches, "history": state.history, "gain": gains}
     return {"model_name": model_name, "k_set": list(controller.k_set), "buckets": buckets,
             "overhead_us_per_step": 1e6 * own_s / steps if steps else None,
+            "snapshot_us_per_step": 1e6 * report_s / steps if steps else None,
             "steps": steps, "step_costs": controller.costs.summary(),
             "switchback": switchback.report() if switchback is not None else None}
 

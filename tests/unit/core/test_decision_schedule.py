@@ -157,3 +157,21 @@ def test_adaptive_fallback_says_it_leaves_model_runner_v2():
     cpu = decide(kaito, EngineRequest(model="microsoft/Phi-4-mini-instruct"), SCHED,
                  builtin_preset_table())
     assert not any("V1 model runner" in n for n in cpu.notes)  # no V2 runner there
+
+
+def test_the_schedule_controller_runs_on_the_plugins_schedule_only():
+    ours = run(caps=SCHED)
+    assert ours.schedule_control is True
+    assert any(n.startswith("schedule controller on: learns k per batch-size bucket")
+               and "k in {0, 2, 5}" in n for n in ours.notes)
+    assert "schedule controller on" in ours.summary()  # the engine's INFO line says it
+    static = run(caps=SCHED, kaito=opted_in(schedule_control=False))
+    assert static.schedule_control is False
+    assert static.speculative_config == ours.speculative_config  # the fixed table, kept
+    user = {"method": "ngram", "num_speculative_tokens": 5,
+            "num_speculative_tokens_per_batch_size": [[1, 8, 5], [9, 64, 0]]}
+    assert run(caps=SCHED, speculative_config=user).schedule_control is False
+    assert run(caps=SCHED, data_parallel_size=2).schedule_control is False
+    assert run(caps=CPU).schedule_control is False  # a vLLM without the schedule
+    tuned = run(caps=SCHED, model="Qwen/Qwen3.5-4B")
+    assert tuned.source == "tuned-preset" and tuned.schedule_control is False

@@ -39,9 +39,9 @@ CONTROL_ENV = "_VLLM_SPECDEC_SCHEDULE_CONTROL"
 engine-core process): JSON {"schedule": the plugin's ranges, "switchback": arms or null,
 "report": the snapshot file}. Not a user setting."""
 _RUNTIME = "_specdec_schedule_runtime"
-REPORT_EVERY_S = 1.0
+REPORT_EVERY_S = 5.0
 """The snapshot for /metrics is rewritten at most this often while the engine steps (and at
-once when a batch bucket is seen for the first time)."""
+once when a batch bucket is seen for the first time); Prometheus scrapes every 15-30 s."""
 
 
 class ControlledScheduler:
@@ -62,6 +62,9 @@ class ControlledScheduler:
         self.model_name = redact_uri(served_model_name(getattr(scheduler, "vllm_config", None)))
         self.started: deque[tuple[Any, float]] = deque(maxlen=4)
         self.own_s = 0.0
+        """Seconds in the controller's per-step path (both wrappers), snapshot writes apart."""
+        self.report_s = 0.0
+        """Seconds writing the snapshot for /metrics (at most every `REPORT_EVERY_S`)."""
         self.steps = 0
         self.reported_buckets = 0
         self.next_report = 0.0
@@ -82,15 +85,19 @@ class ControlledScheduler:
         for started, at in self.started:
             if started is output:
                 start = at
+                break
         batch = len(output.num_scheduled_tokens)
-        if start is None or batch == 0:
+        if start is None or not batch:
             return
-        drafted = sum(map(len, output.scheduled_spec_decode_tokens.values()))
+        spec_tokens = output.scheduled_spec_decode_tokens
+        drafted = sum(map(len, spec_tokens.values())) if spec_tokens else 0
         sampled = runner_output.sampled_token_ids
-        tokens = sum(map(len, sampled)) if isinstance(sampled, list) else 0
+        tokens = sum(map(len, sampled)) if sampled.__class__ is list else 0
         clean = output.total_num_scheduled_tokens == batch + drafted and tokens >= batch
-        step = Step(batch, int(output.num_spec_tokens_to_schedule), end - start, tokens,
-                    drafted, clean)
+        # tuple.__new__: a Step without the Python-level __new__ a NamedTuple call runs (this is
+        # the per-step path; every call counts in a cache-cold engine step).
+        step = tuple.__new__(Step, (batch, output.num_spec_tokens_to_schedule, end - start,
+                                    tokens, drafted, clean))
         target = self.switchback or self.controller
         change = target.observe(step)
         if change is not None:
@@ -104,7 +111,10 @@ class ControlledScheduler:
                                  or len(self.controller.buckets) != self.reported_buckets):
             self.next_report = end + REPORT_EVERY_S
             self.reported_buckets = len(self.controller.buckets)
-            self.write_report()  # counted in the controller's own cost, like every step
+            written = time.perf_counter()
+            self.write_report()
+            # Counted apart from the per-step path (`report_s`), and both are exported.
+            self.report_s += time.perf_counter() - written
 
     def snapshot(self, switchback: bool = False) -> dict[str, Any]:
         """The state for /metrics; with `switchback`, the switchback's report too (its
@@ -113,7 +123,7 @@ class ControlledScheduler:
         from vllm_specdec_plugin.engine.schedule_report import snapshot
 
         return snapshot(self.controller, self.switchback if switchback else None, self.own_s,
-                        self.steps, self.model_name)
+                        self.steps, self.model_name, self.report_s)
 
     def write_report(self) -> None:
         from vllm_specdec_plugin.engine.schedule_report import publish
@@ -184,7 +194,9 @@ def _patch_scheduler(announce: bool) -> None:
 
     @functools.wraps(schedule_original)
     def schedule(self: Any, *args: Any, **kwargs: Any) -> Any:
-        runtime = runtime_of(self)
+        runtime = self.__dict__.get(_RUNTIME, False)
+        if runtime is False:  # the scheduler's first step: is it controlled?
+            runtime = runtime_of(self)
         if runtime is None:
             return schedule_original(self, *args, **kwargs)
         start = time.perf_counter()
@@ -200,8 +212,9 @@ def _patch_scheduler(announce: bool) -> None:
         runtime = self.__dict__.get(_RUNTIME)
         if runtime:
             end = time.perf_counter()
+            report_s = runtime.report_s
             runtime.observe(scheduler_output, model_runner_output, end)
-            runtime.own_s += time.perf_counter() - end
+            runtime.own_s += time.perf_counter() - end - (runtime.report_s - report_s)
         return result
 
     if not apply_patch(SCHEDULE_CONTROLLER.patch(

@@ -1,0 +1,131 @@
+"""The result tables the docs quote: finding them in the pages and checking the one-engine
+formats against their result files (tests/unit/test_docs_figures.py checks every table)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "benchmarks" / "results"
+PAGES = [ROOT / "README.md", ROOT / "benchmarks" / "README.md",
+         *sorted((ROOT / "docs").glob("*.md"))]
+
+_CELL = re.compile(r"^(\*\*)?(\d+\.\d+)(\*\*)?\s*\[(\d+\.\d+),\s*(\d+\.\d+)\]$")
+_RESULT_REF = re.compile(r"benchmarks/results/((?:[\w.-]+/)*[\w.-]+)\.(?:md|json)\b")
+_HEADING = re.compile(r"^ {0,3}#{1,6}\s")
+
+
+@functools.cache
+def result(name: str) -> dict[str, Any]:
+    """benchmarks/results/<name>.json (a name may hold a folder: `adaptive-run2/x`)."""
+    return json.loads((RESULTS / f"{name}.json").read_text(encoding="utf-8"))
+
+
+@dataclass
+class Table:
+    where: str  # page:line of the header row
+    above: str  # the section's text from its heading to the table
+    header: list[str]
+    rows: list[tuple[int, list[str]]]
+
+
+def split_row(line: str) -> list[str]:
+    return [cell.strip() for cell in line.strip().strip("|").split("|")]
+
+
+def tables(page: Path) -> Iterator[Table]:
+    lines = page.read_text(encoding="utf-8").splitlines()
+    section, number = 0, 0
+    name = page.relative_to(ROOT)
+    while number < len(lines):
+        if _HEADING.match(lines[number]):
+            section = number
+        if not lines[number].startswith("|"):
+            number += 1
+            continue
+        start = number
+        while number < len(lines) and lines[number].startswith("|"):
+            number += 1
+        rows = [(n + 1, split_row(lines[n])) for n in range(start + 2, number)]
+        yield Table(f"{name}:{start + 1}", "\n".join(lines[section:start]),
+                    split_row(lines[start]), rows)
+        section = number  # a later table cites its own files
+
+
+def label_of(cell: str) -> str:
+    return cell.replace("*", "").replace("`", "").strip()
+
+
+def same(quoted: str, value: float) -> bool:
+    """`quoted` is `value` at the digits quoted: rounded from the value itself or, half up,
+    from the 3-digit figure the result file's <name>.md shows (0.945 there may read 0.95)."""
+    digits = len(quoted.partition(".")[2])
+    shown = Decimal(f"{value:.3f}").quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP)
+    return quoted in (f"{value:.{digits}f}", str(shown))
+
+
+def by_batch_problems(table: Table, cited: list[str]) -> list[str]:
+    """A one-engine paired run's table (`benchmarks/probes/zero_draft_paired.py`): a row per
+    batch size, its n-th `ratio [low, high]` column from the n-th file cited above it."""
+    problems = []
+    for line, cells in table.rows:
+        where = f"{table.where.split(':')[0]}:{line}"
+        figures = [cell for cell in cells[1:] if _CELL.match(cell)]
+        if len(figures) != len(cited):
+            problems.append(f"{where}: {len(figures)} figures for {len(cited)} cited files")
+            continue
+        for name, cell in zip(cited, figures, strict=True):
+            entry = result(name)["by_batch"].get(label_of(cells[0]))
+            match = _CELL.match(cell)
+            assert match is not None
+            median, low, high = match.group(2, 4, 5)
+            if entry is None or entry["interval"] is None:
+                problems.append(f"{where}: batch {cells[0]} has no interval in {name}.json")
+                continue
+            if not (same(median, entry["median_ratio"]) and same(low, entry["interval"][0])
+                    and same(high, entry["interval"][1])):
+                problems.append(f"{where}: quotes {median} [{low}, {high}], {name}.json has "
+                                f"{entry['median_ratio']} {entry['interval']}")
+    return problems
+
+
+SWITCHBACK_FIGURES = {"median": ("ratio", "low", "high"),
+                      "throughput": ("throughput_ratio", "throughput_low", "throughput_high")}
+
+
+def switchback_problems(table: Table, cited: list[str]) -> list[str]:
+    """An in-engine switchback run's table (`benchmarks/probes/schedule_switchback.py`): a row
+    per workload, arms ("k0, controller") and figure ("median" or "throughput"), a column per
+    concurrency; each cell equals that cell of the one cited file that holds it."""
+    head = [label_of(cell) for cell in table.header]
+    columns = {i: int(m.group(1)) for i, h in enumerate(head)
+               if (m := re.fullmatch(r"c=(\d+)", h))}
+    problems = []
+    for line, cells in table.rows:
+        where = f"{table.where.split(':')[0]}:{line}"
+        row = dict(zip(head, (label_of(c) for c in cells), strict=False))
+        arms = [arm.strip() for arm in row["arms"].split("(")[0].split(",")]
+        keys = SWITCHBACK_FIGURES[row["figure"]]
+        for index, concurrency in columns.items():
+            match = _CELL.match(cells[index]) if index < len(cells) else None
+            if match is None:
+                continue
+            found = [cell["cell"] for name in cited for cell in result(name)["cells"]
+                     if cell["workload"] == row["workload"] and cell["arms"] == arms
+                     and cell["concurrency"] == concurrency and cell["cell"]]
+            if len(found) != 1:
+                problems.append(f"{where}: c={concurrency}: {len(found)} cells in {cited}")
+                continue
+            median, low, high = match.group(2, 4, 5)
+            values = [found[0][key] for key in keys]
+            if not all(same(q, v) for q, v in zip((median, low, high), values, strict=True)):
+                problems.append(f"{where}: c={concurrency} quotes {median} [{low}, {high}], "
+                                f"the file has {values}")
+    return problems
