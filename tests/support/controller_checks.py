@@ -34,4 +34,6 @@ def check_contract(found: dict) -> None:
         assert {s["scheduled_k"] for s in decode} <= set(cell["k_set"])
         assert len({s["scheduled_k"] for s in decode}) > 1  # the controller did write
     assert found["async"]["class"].endswith("AsyncScheduler")
+    # The controller raising inside update_from_output never reaches vLLM's engine loop.
+    assert found["fault"] == {"runtime_after": False, "lookup_is_table": True, "steps_after": 10}
 

