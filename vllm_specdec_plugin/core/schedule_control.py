@@ -146,7 +146,6 @@ class BucketState:
     pending: tuple[int, float, float] | None = None
     """An exploration block waiting for the incumbent block after it: (k, its rate, the rate of
     the incumbent block before it)."""
-    next_arm: int = 0
     last_seen: int = 0
     switches: int = 0
     steps: int = 0
@@ -178,7 +177,7 @@ class ScheduleController:
         """The fixed table's k for bucket `key`: its value at the bucket's largest batch size
         the lookup covers (the lower of a bucket's two table values, where it straddles a
         break point)."""
-        low, high = bucket_bounds(key)
+        high = bucket_bounds(key)[1]
         index = min(high, len(self.prior) - 1)
         k = self.prior[index] if index >= 1 else self.k_set[-1]
         return k if k in self.k_set else min(self.k_set, key=lambda v: (abs(v - k), v))
@@ -189,7 +188,7 @@ class ScheduleController:
             k = self.prior_k(key)
             arms = {v: ArmEstimate(gap=self.params.explore_every, wait=self.params.explore_every)
                     for v in self.k_set}
-            found = self.buckets[key] = BucketState(key, k, k, arms, _Block(k), next_arm=k,
+            found = self.buckets[key] = BucketState(key, k, k, arms, _Block(k),
                                                     turn=[v for v in self.k_set if v != k])
         return found
 
