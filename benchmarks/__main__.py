@@ -47,6 +47,12 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("schedule_switchback", "benchmarks.probes.schedule_switchback",
               "the schedule controller's switchback arms (k against k=0) in one in-process "
               "engine, cell by cell"),
+    Benchmark("whatif_serve", "benchmarks.probes.whatif_serve",
+              "each workload served one request at a time, opted in: the traffic and vLLM's "
+              "spec-decode counters that `vllm-specdec whatif`'s replay is checked against"),
+    Benchmark("whatif_check", "benchmarks.probes.whatif_check",
+              "`vllm-specdec whatif` against the engine: replay vs counters (exactness), "
+              "prediction vs the in-engine switchback"),
     Benchmark("zero_draft_profile", "benchmarks.probes.zero_draft_profile",
               "where a zero-draft step's time goes (in-process engine; --micro: parts alone)"),
     Benchmark("hostile_inputs", "benchmarks.reliability.hostile_inputs",

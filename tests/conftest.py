@@ -92,14 +92,16 @@ def registration_first() -> dict:
 
 def run_engine(llm: Mapping[str, Any], prompts: list[str], env: Mapping[str, str],
                max_tokens: int = 48, config_only: bool = False,
-               sampling: list[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+               sampling: list[Mapping[str, Any]] | None = None,
+               one_at_a_time: bool = False, continue_tokens: int = 0) -> dict[str, Any]:
     """Start a real vLLM engine in a fresh process, generate greedily, report what it did.
 
     With `config_only`, only vLLM's config resolution runs (no weights loaded). The result has
     the engine's combined output under "log" (vLLM logs to stdout).
     """
     spec = json.dumps({"llm": dict(llm), "prompts": prompts, "max_tokens": max_tokens,
-                       "config_only": config_only, "sampling": sampling})
+                       "config_only": config_only, "sampling": sampling,
+                       "one_at_a_time": one_at_a_time, "continue_tokens": continue_tokens})
     with subprocess.Popen([sys.executable, str(TESTS / "support" / "engine_run.py"), spec],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                           env=dict(env), start_new_session=True) as proc:

@@ -3,7 +3,10 @@
 Used by the engine tests as `python tests/support/engine_run.py SPEC_JSON` in a fresh process, so
 every engine starts clean and loads the plugin through its entry point as in production.
 SPEC: {"llm": {...LLM kwargs...}, "prompts": [...], "max_tokens": N, "config_only": bool,
-"sampling": [{...SamplingParams kwargs...} per prompt] (optional; default greedy)}
+"sampling": [{...SamplingParams kwargs...} per prompt] (optional; default greedy),
+"one_at_a_time": bool (each prompt served alone, in order: the whatif exactness test),
+"continue_tokens": N (after the counters are read, each prompt again with N more tokens: the
+model's tokens past each output's end, as "continuations")}
 With "config_only", only `EngineArgs(**llm).create_engine_config()` runs: vLLM's own config
 resolution (where it refuses bad combinations), without loading weights.
 Output (last stdout line): {"speculative_config", "model_impl", "async_scheduling",
@@ -34,6 +37,24 @@ def counters(llm: object) -> dict[str, float]:
         if metric.name.startswith("vllm:spec_decode") and hasattr(metric, "value"):
             values[metric.name] = values.get(metric.name, 0) + metric.value
     return values
+
+
+def continuations(llm: object, spec: dict, outputs: list) -> dict:
+    """With "continue_tokens": each prompt served again (alone) with that many more tokens;
+    the tokens past the first run's output where the longer run began with it, else None."""
+    extra = spec.get("continue_tokens")
+    if not extra:
+        return {}
+    from vllm import SamplingParams
+
+    found = []
+    for prompt, output in zip(spec["prompts"], outputs, strict=True):
+        first = list(output.outputs[0].token_ids)
+        params = SamplingParams(temperature=0.0, max_tokens=len(first) + extra,
+                                ignore_eos=True)
+        more = list(llm.generate([prompt], params, use_tqdm=False)[0].outputs[0].token_ids)
+        found.append(more[len(first):] if more[:len(first)] == first else None)
+    return {"continuations": found}
 
 
 def resolved(config: object) -> dict:
@@ -84,14 +105,20 @@ def main() -> None:
     if spec.get("sampling"):  # one SamplingParams per prompt (mixed greedy/sampled batches)
         params = [SamplingParams(**{"max_tokens": spec.get("max_tokens", 48),
                                     "ignore_eos": True, **extra}) for extra in spec["sampling"]]
-    outputs = llm.generate(spec.get("prompts", []), params, use_tqdm=False)
+    if spec.get("one_at_a_time"):
+        outputs = [llm.generate([prompt], params, use_tqdm=False)[0]
+                   for prompt in spec.get("prompts", [])]
+    else:
+        outputs = llm.generate(spec.get("prompts", []), params, use_tqdm=False)
     print(json.dumps({
         **resolved(config),
         "token_ids": [list(o.outputs[0].token_ids) for o in outputs],
+        "prompt_token_ids": [list(o.prompt_token_ids or []) for o in outputs],
         # vLLM's per-request counters (`per_request_spec_decode_metrics`), None where not kept
         "draft_tokens": [getattr(getattr(o.outputs[0], "spec_decode_metrics", None),
                                  "num_draft_tokens", None) for o in outputs],
         "metrics": counters(llm),
+        **continuations(llm, spec, outputs),
     }))
     llm.llm_engine.engine_core.shutdown()  # do not leave the engine-core process behind
 

@@ -208,7 +208,35 @@ class Claim:
     expected: Callable[[], tuple[str, ...]]
 
 
+def whatif_log_only_shortfall() -> tuple[str, ...]:
+    rows = [r for r in result("whatif-check")["exactness"] if "workload" in r]
+    worst = min(rows, key=lambda r: r["replay_log_only_error"]["accepted_tokens"])
+    return (f"{-100 * worst['replay_log_only_error']['accepted_tokens']:.1f}%",
+            f"{worst['method']}, {worst['workload']}",
+            f"{worst['replay_log_only']['accepted_tokens']:,}",
+            f"{worst['engine']['accepted_tokens']:,}")
+
+
+def whatif_speeds() -> tuple[str, ...]:
+    speed = {r["method"]: r["replay_tokens_per_s"] for r in result("whatif-check")["exactness"]
+             if "replay_tokens_per_s" in r}
+    return f"{speed['ngram'] / 1e6:.1f}", f"{speed['suffix'] / 1e6:.2f}"
+
+
+def whatif_met(costs: str) -> str:
+    return str(sum(r["met"] for r in result("whatif-check")["prediction"]
+                   if r["costs"] == costs))
+
+
 CLAIMS = [
+    Claim("docs/whatif.md", r"fall short by what the engine accepted past max_tokens, up to "
+          r"(\S+) here \((\w+, \w+): ([\d,]+) against ([\d,]+)\)", whatif_log_only_shortfall),
+    Claim("docs/whatif.md", r"The replay runs at ([\d.]+) M tokens/s for ngram and ([\d.]+) M",
+          whatif_speeds),
+    Claim("docs/whatif.md", r"Met in (\d) of 8 cells with the engine's costs",
+          lambda: (whatif_met("engine costs"),)),
+    Claim("docs/whatif.md", r"and (\d) of 8 with the CPU prior",
+          lambda: (whatif_met("cpu prior"),)),
     Claim("README.md", r"Pooled it is within (\S+) of `none` at every concurrency",
           lambda: (band(pooled_medians("none-vs-plugin")),)),
     Claim("README.md", r"at every concurrency \(pooled ([\d. /]+?) at 1 / 4 / 16 / 32, "
@@ -275,3 +303,45 @@ def test_band_and_counts() -> None:
     assert band([1.0485, 0.9858, 0.9920]) == "0.98-1.05"  # not 0.99-1.05: 0.986 is quoted
     assert band([0.996, 1.030, 1.054, 0.960]) == "0.96-1.06"
     assert moved_up("none-vs-adaptive", "none-vs-adaptive") == ("0", "12")
+
+
+# --- vllm-specdec whatif: docs/whatif.md's tables are whatif_check's, row for row -------------
+def whatif_rows(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines()
+            if line.startswith("| ") and not line.startswith("|---")]
+
+
+def whatif_table_problems(page: str, generated: str) -> list[str]:
+    """Rows of the page's tables citing whatif-check.json that the result file does not give."""
+    known = set(whatif_rows(generated))
+    return [f"{page}: row not in benchmarks/results/whatif-check.json: {row}"
+            for row in whatif_rows(page_text(page)) if row not in known]
+
+
+def page_text(page: str) -> str:
+    text = (ROOT / page).read_text(encoding="utf-8")
+    start = text.find("## Exactness, measured")
+    return text[start:text.find("## The GPU prior")] if start >= 0 else ""
+
+
+def test_whatif_tables_equal_their_result_file() -> None:
+    from benchmarks.probes.whatif_check import markdown
+
+    generated = markdown(result("whatif-check"))
+    rows = whatif_rows(page_text("docs/whatif.md"))
+    assert len(rows) >= 10, "docs/whatif.md quotes the exactness and prediction tables"
+    assert whatif_table_problems("docs/whatif.md", generated) == []
+    changed = generated.replace("| ngram | input_grounded | 56 |",
+                                "| ngram | input_grounded | 57 |")
+    assert whatif_table_problems("docs/whatif.md", changed), "a changed row is found"
+
+
+def test_whatif_run_in_operations_is_the_kept_output() -> None:
+    """docs/operations.md's real `whatif` run is benchmarks/results/whatif/whatif-multi_turn.txt
+    (the command's output, kept with the command that made it)."""
+    text = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+    start = text.index("A real run:")
+    block = text[text.index("```console\n", start) + len("```console\n"):]
+    block = block[:block.index("```")]
+    kept = (RESULTS / "whatif" / "whatif-multi_turn.txt").read_text(encoding="utf-8")
+    assert block == kept

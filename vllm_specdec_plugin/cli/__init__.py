@@ -1,4 +1,5 @@
-"""`vllm-specdec`: `explain` (the decision as JSON, no engine), `status` (a server's /metrics)."""
+"""`vllm-specdec`: `explain` (the decision as JSON, no engine), `status` (a server's /metrics),
+`whatif` (what speculation would buy on logged traffic, before opting in)."""
 
 from __future__ import annotations
 
@@ -20,14 +21,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
     if not argv or argv[0] in ("-h", "--help"):
         print("usage: vllm-specdec explain [flags] | vllm-specdec status [--url URL] [flags] | "
-              "vllm-specdec --version   (vllm-specdec COMMAND --help for flags)")
+              "vllm-specdec whatif --model DIR --traffic FILE [flags] | vllm-specdec --version"
+              "   (vllm-specdec COMMAND --help for flags)")
         return EXIT_OK if argv else EXIT_INVALID
     if argv[0] == "status":
         from vllm_specdec_plugin.cli import status
 
         return status.main(argv[1:])
+    if argv[0] == "whatif":
+        from vllm_specdec_plugin.cli import whatif
+
+        return whatif.main(argv[1:])
     if argv[0] != "explain":
-        print(f"vllm-specdec: unknown command {argv[0]!r}; the commands are `explain` and "
-              "`status`", file=sys.stderr)
+        print(f"vllm-specdec: unknown command {argv[0]!r}; the commands are `explain`, "
+              "`status` and `whatif`", file=sys.stderr)
         return EXIT_INVALID
     return explain(argv[1:], os.environ)

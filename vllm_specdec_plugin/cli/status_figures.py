@@ -11,8 +11,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from vllm_specdec_plugin.core.step_cost import STEP_COST_DEFAULTS
 from vllm_specdec_plugin.core.types import METHOD_NONE, SOURCE_PREFILL_ONLY
 from vllm_specdec_plugin.inputs.vllm_metrics import (
+    STEP_COSTS_FORMAT,
     Counters,
     acceptance_rate,
     finite,
@@ -45,13 +47,16 @@ class Status:
     schedule: list[dict[str, Any]] | None = None
     """The schedule controller's buckets (None: no controller gauges in /metrics): each
     {"batch_bucket", "k" (in force), "gains": {k: {"ratio", "low", "high", "pairs"}}}."""
+    step_costs: dict[str, Any] | None = None
+    """The controller's learned step costs (None: none in /metrics), `step_costs_of`'s form."""
 
     def to_json(self, indent: int | None = 2) -> str:
         data = asdict(self)
         if self.window_s is None:
             del data["window_s"], data["output_tokens_per_s"]
-        if self.schedule is None:
-            del data["schedule"]
+        for key in ("schedule", "step_costs"):
+            if data[key] is None:
+                del data[key]
         return json.dumps(data, indent=indent)
 
 
@@ -67,9 +72,34 @@ def schedule_of(counters: Counters) -> list[dict[str, Any]] | None:
             for label, k, gains in counters.schedule]
 
 
+def step_costs_of(counters: Counters) -> dict[str, Any] | None:
+    """The learned step costs as `status --json` writes them (None: no step-cost gauges), the
+    format `vllm-specdec whatif --costs` reads:
+
+        {"format": "vllm-specdec-step-costs/v1",
+         "fixed_tokens": 16.0,
+         "buckets": {"1-1": {"rows": 1.0, "no_draft_s": 0.0152, "switch_s": 0.0006,
+                             "per_token_s": 0.0008},
+                     "4-7": {...}, ...}}
+
+    `buckets` is keyed by batch-size bucket (`core/step_cost.bucket_label`: "1-1", "2-3",
+    "4-7", ...). In one bucket a decode step of `rows` requests that verifies `d` drafted tokens
+    (all requests together) takes `no_draft_s * (F + rows') / (F + rows)` seconds at `rows'`
+    requests, plus `switch_s + per_token_s * d` when it verifies any draft, F = `fixed_tokens`
+    (`StepCostParams.prior_fixed_tokens`, the controller's; `core/step_cost.BucketCost`).
+    Seconds and rows are the engine's gauges as they are (not rounded)."""
+    if not counters.step_costs:
+        return None
+    return {"format": STEP_COSTS_FORMAT, "fixed_tokens": STEP_COST_DEFAULTS.prior_fixed_tokens,
+            "buckets": {label: {"rows": cost.rows, "no_draft_s": cost.no_draft_s,
+                                "switch_s": cost.switch_s, "per_token_s": cost.per_token_s}
+                        for label, cost in counters.step_costs}}
+
+
 def status_of(counters: Counters, window_s: float | None = None) -> Status:
     """Figures and verdict for cumulative counters, or for a window of `window_s` seconds."""
-    return replace(_status_of(counters, window_s), schedule=schedule_of(counters))
+    return replace(_status_of(counters, window_s), schedule=schedule_of(counters),
+                   step_costs=step_costs_of(counters))
 
 
 def _status_of(counters: Counters, window_s: float | None) -> Status:

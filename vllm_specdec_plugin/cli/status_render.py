@@ -30,6 +30,8 @@ def render_text(status: Status) -> str:
              or "-"),
         ]
     rows += [("schedule", line) for line in schedule_lines(status.schedule or [])]
+    if status.step_costs:
+        rows.append(("step costs", step_costs_line(status.step_costs)))
     rows.append(("verdict", status.verdict))
     width = max(len(name) for name, _ in rows) + 1
     # Label values come from the server: control characters (ESC sequences) are escaped.
@@ -83,3 +85,13 @@ def _change(gain: Mapping[str, Any], as_cost: bool = False) -> str:
     span = "" if low is None or high is None else \
         f" [{100 * (low - 1):+.0f}, {100 * (high - 1):+.0f}]"
     return ("gain " if as_cost else "") + f"{100 * (ratio - 1):+.0f}%{span}{pairs}"
+
+
+def step_costs_line(costs: Mapping[str, Any]) -> str:
+    """The learned step costs on one line: per bucket the no-draft step and each drafted
+    token's extra, e.g. "1-1 15.2 ms (+0.8 ms/drafted token) · 4-7 19.0 ms (+1.1 ms/...)"."""
+    buckets = costs.get("buckets") or {}
+    # three significant figures: a GPU's per-token cost is hundredths of a millisecond
+    return " · ".join(f"{label} {1e3 * cell['no_draft_s']:.3g} ms "
+                      f"(+{1e3 * cell['per_token_s']:.3g} ms/drafted token)"
+                      for label, cell in buckets.items())

@@ -125,3 +125,31 @@ def _escape(ch: str) -> str:
     if code < 0x100:
         return f"\\x{code:02x}"
     return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+# --- vllm-specdec whatif: traffic files ---------------------------------------------------------
+MAX_TRAFFIC_BYTES = 4 * 1024 * MIB
+"""A traffic file (`inputs/traffic.py`): JSONL is streamed, so this bounds time, not memory;
+past it the reading stops and says so."""
+MAX_TRAFFIC_LINE_BYTES = 8 * MIB
+"""One JSONL line: a request with a 1M-token context is about 4 MiB of text. A longer line is
+read to its end in bounded chunks and skipped as bad, never held whole."""
+MAX_SHAREGPT_BYTES = 256 * MIB
+"""A ShareGPT JSON array, which must be parsed whole (text, parsed objects and records: a few
+times this in memory). A larger one is refused with the fix: the same conversations as JSONL,
+one a line, are streamed."""
+MAX_TRAFFIC_REQUESTS = 1_000_000
+"""Requests read from one file unless `--max-requests` lowers it (records are held in
+memory until tokenized)."""
+MAX_TRAFFIC_TEXT_CHARS = 4 * MIB
+"""Characters of one prompt, completion, or chat history (a whole ShareGPT conversation):
+about a million tokens, the longest context windows served."""
+MAX_TRAFFIC_MESSAGES = 1024
+"""Messages in one chat request or turns in one conversation (each assistant turn is
+replayed with its history, so a conversation's records cost its turns squared)."""
+MAX_REQUEST_TOKENS = 1 << 20
+"""Prompt plus completion tokens of one replayed request, and the length of a token-id list
+in a log: the longest context windows served (1M tokens)."""
+MAX_TRAFFIC_TOKENS = 1 << 28
+"""Tokens of all replayed requests together (1 GiB as int32): tokenizing stops there and
+says so, so memory stays bounded whatever the file holds."""

@@ -185,8 +185,23 @@ class StepCostTable:
         predicted: np.ndarray = base + np.where(d > 0, switch + slope * d, 0.0)
         return predicted
 
+    def curve(self, source: str) -> StepCostCurve | None:
+        """The buckets measured so far as a `StepCostCurve` (None before any no-draft step)."""
+        buckets: dict[int, BucketCost] = {}
+        for key, cell in sorted(self._buckets.items()):
+            if not cell.base_samples:
+                continue
+            rows = max(int(round(cell.base_rows)), bucket_bounds(key)[0])
+            fit = self.extra(rows)
+            switch, slope = fit if fit is not None else (0.0, 0.0)
+            buckets[key] = BucketCost(cell.base_s, switch, slope, cell.base_rows)
+        if not buckets:
+            return None
+        return StepCostCurve(buckets, source, frozenset(buckets), self.params.prior_fixed_tokens)
+
     def summary(self) -> dict[str, dict[str, float | int | None]]:
-        """Per bucket: no-draft seconds, samples, and the fitted switch and per-token cost."""
+        """Per bucket: no-draft seconds, the rows they were measured at, samples, and the fitted
+        switch and per-token cost."""
         out: dict[str, dict[str, float | int | None]] = {}
         for key in sorted(self._buckets):
             cell = self._buckets[key]
@@ -194,8 +209,56 @@ class StepCostTable:
             fit = self.extra(max(rows, int(round(cell.base_rows)) or rows))
             out[f"rows>={rows}"] = {
                 "no_draft_s": cell.base_s if cell.base_samples else None,
+                "rows": cell.base_rows if cell.base_samples else None,
                 "no_draft_samples": cell.base_samples,
                 "drafting_samples": round(cell.n, 1),
                 "switch_s": None if fit is None else fit[0],
                 "per_token_s": None if fit is None else fit[1]}
         return out
+
+
+@dataclass(frozen=True)
+class BucketCost:
+    """One batch-size bucket's step cost, in the table's own form: a step of `rows` rows that
+    verifies `drafted` draft tokens (all rows together) takes
+    `no_draft_s * (F + rows) / (F + self.rows) + (switch_s + per_token_s * drafted if drafted)`
+    seconds, F = the curve's `fixed_tokens`."""
+
+    no_draft_s: float
+    switch_s: float
+    per_token_s: float
+    rows: float
+    """The rows `no_draft_s` was measured (or modelled) at."""
+
+
+@dataclass(frozen=True)
+class StepCostCurve:
+    """Step costs for every batch-size bucket, from one source: what `whatif` prices replayed
+    steps with. Made from a running engine's learned table (`StepCostTable.curve`, exported by
+    `vllm-specdec status --json`) or from a prior (`core/roofline.py`)."""
+
+    buckets: dict[int, BucketCost]
+    """By `bucket(rows)`."""
+    source: str
+    """Where the numbers come from, said in the output ("measured: FILE", "prior: ...")."""
+    measured: frozenset[int] = frozenset()
+    """The buckets a running engine measured; the others come from a prior."""
+    fixed_tokens: float = STEP_COST_DEFAULTS.prior_fixed_tokens
+    """Scales the no-draft time within a bucket (`StepCostParams.prior_fixed_tokens`)."""
+
+    def at(self, rows: int) -> BucketCost:
+        """The cost of bucket `bucket(rows)`, else of the nearest bucket that has one."""
+        if not self.buckets:
+            raise ValueError("a step-cost curve with no bucket")
+        key = bucket(rows)
+        nearest = min(self.buckets, key=lambda b: (abs(b - key), -b))
+        return self.buckets[nearest]
+
+    def seconds(self, rows: int, drafted: float, drafting_share: float = 1.0) -> float:
+        """Expected seconds of one step of `rows` rows verifying `drafted` draft tokens in all
+        (a mean may be fractional), where a share `drafting_share` of such steps drafted at
+        all (the switch cost is paid only by those)."""
+        cost = self.at(rows)
+        f = self.fixed_tokens
+        base = cost.no_draft_s * (f + rows) / (f + cost.rows)
+        return base + drafting_share * cost.switch_s + cost.per_token_s * drafted

@@ -10,10 +10,14 @@ JSON reader) and yields
 - `vllm_specdec_schedule_gain{batch_bucket,k}`: the measured tokens/s of k against k=0 in that
   bucket, with `..._gain_low` / `..._gain_high` (its 90% interval) and `..._gain_pairs` (the
   paired blocks behind it) beside it;
-- `vllm_specdec_schedule_overhead_us_per_step`: the controller's own time per step.
+- `vllm_specdec_schedule_overhead_us_per_step`: the controller's own time per step;
+- `vllm_specdec_step_cost_seconds{batch_bucket,part}` (part `no_draft`, `switch`, `per_token`)
+  and `vllm_specdec_step_cost_rows{batch_bucket}`: the step costs the controller learned (the
+  snapshot's `step_costs`, what `summary()` of `core/step_cost.StepCostTable` gives), exactly
+  what a `StepCostCurve` needs.
 
-`vllm-specdec status` reads them back (`cli/`), and `status --json` carries the learned step
-costs the snapshot holds (`step_costs`: what `summary()` of `core/step_cost.StepCostTable` gives).
+`vllm-specdec status` reads them back (`cli/`); `status --json` carries the step costs in the
+form `vllm-specdec whatif --costs` reads (`cli/status_figures.step_costs_of`).
 """
 
 from __future__ import annotations
@@ -23,12 +27,14 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+from vllm_specdec_plugin.core.limits import ascii_decimal
 from vllm_specdec_plugin.core.schedule_control import ScheduleController
-from vllm_specdec_plugin.core.step_cost import bucket_label
+from vllm_specdec_plugin.core.step_cost import bucket, bucket_label
 from vllm_specdec_plugin.core.switchback import Switchback
 from vllm_specdec_plugin.inputs.vllm_metrics import SCHEDULE_GAIN as GAIN_METRIC
 from vllm_specdec_plugin.inputs.vllm_metrics import SCHEDULE_K as K_METRIC
 from vllm_specdec_plugin.inputs.vllm_metrics import SCHEDULE_OVERHEAD as OVERHEAD_METRIC
+from vllm_specdec_plugin.inputs.vllm_metrics import STEP_COST, STEP_COST_PARTS, STEP_COST_ROWS
 
 SNAPSHOT_MAX_BYTES = 1 << 20
 
@@ -97,6 +103,33 @@ def gauge_samples(data: dict[str, Any]) -> Iterator[tuple[str, dict[str, str], f
     overhead = data.get("overhead_us_per_step")
     if isinstance(overhead, (int, float)):
         yield OVERHEAD_METRIC, {"model_name": model}, float(overhead)
+    yield from _step_cost_samples(data.get("step_costs"), model)
+
+
+def _step_cost_samples(costs: Any, model: str) -> Iterator[tuple[str, dict[str, str], float]]:
+    """The step-cost gauges of the snapshot's `step_costs` (`StepCostTable.summary()`, keyed
+    "rows>=N"); a bucket not measured yet (its parts None) yields nothing."""
+    for key, cell in (costs.items() if isinstance(costs, dict) else ()):
+        prefix, _, number = str(key).partition(">=")
+        low = ascii_decimal(number, max_digits=9) if prefix == "rows" else None
+        if not low or not isinstance(cell, dict):
+            continue
+        labels = {"model_name": model, "batch_bucket": bucket_label(bucket(low))}
+        values: dict[str, Any] = {part: cell.get(field)
+                                  for part, field in STEP_COST_PARTS.items()}
+        values["rows"] = cell.get("rows")
+        if not all(_number(value) for value in values.values()):
+            continue  # no no-draft step measured yet: nothing to price with
+        for part, value in values.items():
+            if part == "rows":
+                yield STEP_COST_ROWS, labels, float(value)
+            else:
+                yield STEP_COST, {**labels, "part": part}, float(value)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(
+        value)
 
 
 _HELP = {
@@ -106,6 +139,10 @@ _HELP = {
     GAIN_METRIC + "_high": "High end of the 90% interval of vllm_specdec_schedule_gain",
     GAIN_METRIC + "_pairs": "Paired blocks behind vllm_specdec_schedule_gain",
     OVERHEAD_METRIC: "The schedule controller's own microseconds per engine step",
+    STEP_COST: "Learned seconds of a decode step per batch bucket: part no_draft (a step that "
+               "drafts nothing), switch (a drafting step's extra), per_token (per drafted token)",
+    STEP_COST_ROWS: "Batch size the no_draft step cost of vllm_specdec_step_cost_seconds was "
+                    "measured at",
 }
 
 

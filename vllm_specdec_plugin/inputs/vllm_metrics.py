@@ -32,6 +32,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from vllm_specdec_plugin.core.limits import MAX_COUNTER, MAX_POSITIONS, ascii_decimal, printable
+from vllm_specdec_plugin.core.step_cost import BucketCost
 from vllm_specdec_plugin.core.types import DECISION_METRIC
 
 SCHEDULE_PREFIX = "vllm_specdec_schedule_"
@@ -43,7 +44,20 @@ beside it)."""
 SCHEDULE_OVERHEAD = "vllm_specdec_schedule_overhead_us_per_step"
 """The controller's own microseconds per engine step."""
 MAX_SCHEDULE_SAMPLES = 4096
-"""Schedule gauge samples kept from one scrape (a hostile server cannot grow the report)."""
+"""Schedule gauge samples kept from one scrape (a hostile server cannot grow the report); the
+step-cost gauges have as many again."""
+STEP_COST_PREFIX = "vllm_specdec_step_cost_"
+STEP_COST = "vllm_specdec_step_cost_seconds"
+"""The controller's learned seconds of a decode step per batch bucket (labels `batch_bucket`,
+`part`: `no_draft` a step without drafts, `switch` what a drafting step pays besides, `per_token`
+each drafted token verified, all rows together): `core/step_cost.BucketCost`'s parts."""
+STEP_COST_ROWS = "vllm_specdec_step_cost_rows"
+"""The rows (batch size) the `no_draft` time was measured at (label `batch_bucket`)."""
+STEP_COST_PARTS = {"no_draft": "no_draft_s", "switch": "switch_s", "per_token": "per_token_s"}
+"""The `part` label's values and the `BucketCost` / snapshot field each one carries."""
+STEP_COSTS_FORMAT = "vllm-specdec-step-costs/v1"
+"""`status --json`'s `step_costs` object (`cli/status_figures.step_costs_of`), which
+`vllm-specdec whatif --costs` reads."""
 
 # vLLM's counters (vllm/v1/spec_decode/metrics.py, vllm/v1/metrics/loggers.py), as sampled.
 DRAFTS = "vllm:spec_decode_num_drafts_total"
@@ -172,6 +186,9 @@ class Counters:
     schedule: tuple[tuple[str, int, tuple[tuple[int, ScheduleGain], ...]], ...] = ()
     """The schedule controller's gauges: per batch bucket ("1-1", "2-3", ...), the k in force
     and the measured gains against k=0 (`vllm_specdec_schedule_*`)."""
+    step_costs: tuple[tuple[str, BucketCost], ...] = ()
+    """The controller's learned step costs per batch bucket ("1-1", ...), smallest first, each
+    complete (every part and the rows) and non-negative (`vllm_specdec_step_cost_*`)."""
 
 
 @dataclass(frozen=True)
@@ -203,14 +220,30 @@ def _schedule(values: Mapping[tuple[str, str], float]
         if k is not None:
             gains.setdefault(label, {}).setdefault(k, {})[suffix] = value
     out = []
-    def low_end(label: str) -> int:
-        return ascii_decimal(label.split("-")[0], max_digits=9) or 0
-
-    for label in sorted(buckets, key=low_end):
+    for label in sorted(buckets, key=_low_end):
         cells = tuple((k, ScheduleGain(g["gain"], g.get("gain_low"), g.get("gain_high"),
                                        int(g.get("gain_pairs", 0))))
                       for k, g in sorted(gains.get(label, {}).items()) if "gain" in g)
         out.append((label, buckets[label], cells))
+    return tuple(out)
+
+
+def _low_end(label: str) -> int:
+    """A batch bucket label's first batch size ("16-31" -> 16; 0 when it is not one)."""
+    return ascii_decimal(label.split("-")[0], max_digits=9) or 0
+
+
+def _step_costs(values: Mapping[tuple[str, str], float]
+                ) -> tuple[tuple[str, BucketCost], ...]:
+    """(bucket, cost) for every bucket whose gauges are all there (keyed (bucket, part or
+    "rows")), smallest bucket first; a bucket with a part missing or rows below 1 is left out."""
+    labels = sorted({label for label, _ in values}, key=_low_end)
+    out = []
+    for label in labels:
+        parts = [values.get((label, part), math.nan) for part in (*STEP_COST_PARTS, "rows")]
+        no_draft, switch, per_token, rows = parts
+        if not math.isnan(sum(parts)) and rows >= 1.0:  # NaN: a part missing
+            out.append((label, BucketCost(no_draft, switch, per_token, rows)))
     return tuple(out)
 
 
@@ -221,6 +254,7 @@ def read_counters(samples: Iterable[Sample]) -> Counters:
     positions: dict[int, float] = {}
     names: set[str] = set()
     schedule: dict[tuple[str, str], float] = {}
+    costs: dict[tuple[str, str], float] = {}
     decision = None
     for sample in samples:
         names.add(sample.name)
@@ -231,6 +265,14 @@ def read_counters(samples: Iterable[Sample]) -> Counters:
                 bucket = printable(sample.labels.get("batch_bucket", ""))[:32]
                 key = f"{bucket}|{sample.labels.get('k', '')[:4]}"
                 schedule[(sample.name[len(SCHEDULE_PREFIX):], key)] = sample.value
+        elif sample.name.startswith(STEP_COST_PREFIX):
+            # a cost is a finite non-negative number of seconds (or rows)
+            if (0.0 <= sample.value <= MAX_COUNTER and len(costs) < MAX_SCHEDULE_SAMPLES
+                    and sample.name in (STEP_COST, STEP_COST_ROWS)):
+                bucket = printable(sample.labels.get("batch_bucket", ""))[:32]
+                part = "rows" if sample.name == STEP_COST_ROWS else sample.labels.get("part", "")
+                if part == "rows" or part in STEP_COST_PARTS:
+                    costs[(bucket, part)] = sample.value
         elif not math.isfinite(sample.value) or abs(sample.value) > MAX_COUNTER:
             continue  # a NaN, infinite or absurd counter tells nothing to add up
         elif sample.name == ACCEPTED_PER_POSITION:
@@ -250,6 +292,7 @@ def read_counters(samples: Iterable[Sample]) -> Counters:
         per_position=tuple(positions.get(i, 0.0) for i in range(max(positions, default=-1) + 1)),
         generation_tokens=totals.get(GENERATION_TOKENS, 0.0),
         schedule=_schedule(schedule),
+        step_costs=_step_costs(costs),
     )
 
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -95,6 +96,11 @@ class AdaptiveProposer:
         self._stats_file = None if not stats_path else StatsFile(
             stats_path, self._stats_document, self._logger, p.stats_every, p.stats_idle_s)
 
+    clock: Callable[[], float] = staticmethod(lambda: time.perf_counter())
+    """Where a cycle's time is read (`timing.CycleTimer` learns step costs from it):
+    `time.perf_counter`, looked up at each call; `whatif`'s replay gives an instance a
+    simulated clock that advances by each step's modelled time."""
+
     wants_request_limits = True
     """Asks vLLM's model runner for its requests
     (`engine/changes/worker_gpu_model_runner.py`)."""
@@ -118,7 +124,7 @@ class AdaptiveProposer:
 
     def _cycle(self, sampled_token_ids: list[list[int]], num_tokens_no_spec: np.ndarray,
                token_ids_cpu: np.ndarray) -> list[list[int]]:
-        start = time.perf_counter()
+        start = self.clock()
         dormant = self.control.dormant
         try:
             drafts = self._propose(start, sampled_token_ids, num_tokens_no_spec, token_ids_cpu)
@@ -130,7 +136,7 @@ class AdaptiveProposer:
                                        "(logged once)")
             self._reset()
             drafts = [[] for _ in sampled_token_ids]
-        spent = time.perf_counter() - start
+        spent = self.clock() - start
         rows = len(sampled_token_ids)
         self.stats.called(dormant, rows, spent)
         self.cost_by_batch.add("dormant" if dormant else "awake", rows, spent)

@@ -82,3 +82,62 @@ def test_reader_bounds_schedule_samples():
     counters = read_counters(parse_metrics(text))
     assert len(counters.schedule) <= 4096
     assert bucket(1) == 1
+
+
+# --- the learned step costs: snapshot -> gauges -> /metrics -> status --json and its line -------
+
+def test_step_cost_gauges_from_a_snapshot():
+    data = schedule_report.snapshot(learned(), None, 0.0012, 100, "m")
+    costs = data["step_costs"]
+    samples = [(name, labels, value) for name, labels, value
+               in schedule_report.gauge_samples(data) if "step_cost" in name]
+    for key, label in (("rows>=1", "1-1"), ("rows>=16", "16-31")):
+        cell = costs[key]
+        bucket_labels = {"model_name": "m", "batch_bucket": label}
+        assert ("vllm_specdec_step_cost_rows", bucket_labels, cell["rows"]) in samples
+        for part in ("no_draft", "switch", "per_token"):
+            assert ("vllm_specdec_step_cost_seconds", {**bucket_labels, "part": part},
+                    cell[f"{part}_s"]) in samples
+    assert len(samples) == 8
+    # a bucket not timed yet, or a hostile cell, yields no step-cost gauge
+    data["step_costs"] = {"rows>=4": {"no_draft_s": None, "rows": None, "switch_s": None,
+                                      "per_token_s": None},
+                          "rows>=x": {"no_draft_s": 1.0}, "rows>=8": [1],
+                          "rows>=2": {"no_draft_s": True, "rows": 2, "switch_s": 0,
+                                      "per_token_s": 0}}
+    assert not [s for s in schedule_report.gauge_samples(data) if "step_cost" in s[0]]
+
+
+def test_step_costs_round_trip_through_metrics_text(tmp_path):
+    from vllm_specdec_plugin.core.step_cost import BucketCost
+
+    text = exposition(tmp_path)
+    assert ('vllm_specdec_step_cost_seconds{batch_bucket="1-1",model_name="m",part="no_draft"} '
+            "0.0102") in text
+    assert 'vllm_specdec_step_cost_rows{batch_bucket="16-31",model_name="m"} 16.0' in text
+    summary = learned().costs.summary()
+    expected = tuple((label, BucketCost(summary[key]["no_draft_s"], summary[key]["switch_s"],
+                                        summary[key]["per_token_s"], summary[key]["rows"]))
+                     for key, label in (("rows>=1", "1-1"), ("rows>=16", "16-31")))
+    assert read_counters(parse_metrics(text)).step_costs == expected
+
+
+def test_status_json_and_text_carry_the_step_costs(tmp_path):
+    status = status_of(read_counters(parse_metrics(exposition(tmp_path))))
+    summary = learned().costs.summary()
+    exported = json.loads(status.to_json())["step_costs"]
+    assert exported == {
+        "format": "vllm-specdec-step-costs/v1", "fixed_tokens": 16.0,
+        "buckets": {label: {"rows": summary[key]["rows"],
+                            "no_draft_s": summary[key]["no_draft_s"],
+                            "switch_s": summary[key]["switch_s"],
+                            "per_token_s": summary[key]["per_token_s"]}
+                    for key, label in (("rows>=1", "1-1"), ("rows>=16", "16-31"))}}
+    assert list(exported["buckets"]) == ["1-1", "16-31"]  # smallest bucket first
+    line = next(row for row in render_text(status).splitlines() if row.startswith("step costs"))
+    assert line.endswith("1-1 10.2 ms (+0.826 ms/drafted token) · "
+                         "16-31 10.2 ms (+0.223 ms/drafted token)")
+    # no controller: no key, no line
+    bare = status_of(read_counters(parse_metrics("vllm:generation_tokens_total 3\n")))
+    assert "step_costs" not in json.loads(bare.to_json())
+    assert "step costs" not in render_text(bare)

@@ -75,6 +75,55 @@ def test_counters_of_a_scrape() -> None:
     assert (counters.drafts, counters.accepted_tokens, counters.per_position) == (10, 24, (7.0,))
 
 
+STEP_COST_TEXT = """\
+vllm_specdec_step_cost_seconds{batch_bucket="16-31",model_name="m",part="no_draft"} 0.02
+vllm_specdec_step_cost_seconds{batch_bucket="16-31",model_name="m",part="switch"} 0.001
+vllm_specdec_step_cost_seconds{batch_bucket="16-31",model_name="m",part="per_token"} 2e-4
+vllm_specdec_step_cost_rows{batch_bucket="16-31",model_name="m"} 17.5
+vllm_specdec_step_cost_seconds{batch_bucket="2-3",model_name="m",part="no_draft"} 0.01
+vllm_specdec_step_cost_seconds{batch_bucket="2-3",model_name="m",part="switch"} 0.0
+vllm_specdec_step_cost_seconds{batch_bucket="2-3",model_name="m",part="per_token"} 0.0008
+vllm_specdec_step_cost_rows{batch_bucket="2-3",model_name="m"} 2
+"""
+
+
+def test_step_cost_gauges_read_back_per_bucket() -> None:
+    from vllm_specdec_plugin.core.step_cost import BucketCost
+
+    counters = read_counters(parse_metrics(STEP_COST_TEXT))
+    assert counters.step_costs == (("2-3", BucketCost(0.01, 0.0, 0.0008, 2.0)),
+                                   ("16-31", BucketCost(0.02, 0.001, 2e-4, 17.5)))
+    assert counters.drafts == 0 and not counters.speculation  # not counted as anything else
+
+
+@pytest.mark.parametrize("bad", [
+    'vllm_specdec_step_cost_seconds{batch_bucket="2-3",part="per_token"} NaN',  # not a number
+    'vllm_specdec_step_cost_seconds{batch_bucket="2-3",part="per_token"} -0.5',  # negative
+    'vllm_specdec_step_cost_seconds{batch_bucket="2-3",part="per_token"} +Inf',
+    'vllm_specdec_step_cost_seconds{batch_bucket="2-3",part="other"} 0.1',  # a part missing
+    'vllm_specdec_step_cost_junk{batch_bucket="2-3",part="per_token"} 0.1',
+])
+def test_a_bucket_with_a_bad_or_missing_part_is_left_out(bad: str) -> None:
+    text = "\n".join(line for line in STEP_COST_TEXT.splitlines()
+                     if not ('"2-3"' in line and "per_token" in line)) + "\n" + bad + "\n"
+    assert [label for label, _ in read_counters(parse_metrics(text)).step_costs] == ["16-31"]
+
+
+def test_step_cost_rows_below_one_and_samples_are_bounded() -> None:
+    text = STEP_COST_TEXT.replace("} 17.5", "} 0.5")
+    assert [label for label, _ in read_counters(parse_metrics(text)).step_costs] == ["2-3"]
+    flood = "".join(f'vllm_specdec_step_cost_rows{{batch_bucket="{i}-{i}"}} 2\n'
+                    + "".join(f'vllm_specdec_step_cost_seconds{{batch_bucket="{i}-{i}",'
+                              f'part="{part}"}} 1\n'
+                              for part in ("no_draft", "switch", "per_token"))
+                    for i in range(3000))
+    assert 0 < len(read_counters(parse_metrics(flood)).step_costs) <= 4096 // 4
+    # samples of no part this reader knows take none of that room
+    junk = "".join(f'vllm_specdec_step_cost_seconds{{batch_bucket="2-3",part="x{i}"}} 1\n'
+                   for i in range(5000))
+    assert len(read_counters(parse_metrics(junk + STEP_COST_TEXT)).step_costs) == 2
+
+
 @pytest.mark.parametrize(("accepted", "draft_tokens", "drafts", "rate", "length"), [
     (24, 40, 8, 0.6, 4.0),
     (0, 0, 0, None, None),

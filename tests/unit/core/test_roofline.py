@@ -1,0 +1,338 @@
+"""The roofline prior (`core/roofline.py`) and its hardware table (`data/hardware.yaml`):
+parameter counts of published models, the step model, the prior curve, the table's checks,
+and the published test vectors with their errors in the test names.
+
+The vectors: (a) SpecDecode-Bench's step-cost fit for Llama-3.1-8B on H100 (arXiv 2601.11580;
+github.com/SpecDecode-Bench/simulator predictor.py, Llama8BH100: 5.886 ms + 21.01 us per
+batched token + 39.26 ns per KV token per forward, plus 1.207 ms per step), which calibrated
+the GPU efficiencies, so it checks the table reproduces it (not an independent test); (b) vLLM
+RFC #48627 (H100 NVL, Gemma-4-31B FP8, MTP K=3: 1.79x at 30 concurrent, 1.00x at 128), out of
+sample for the step model. The RFC's acceptance and context lengths could not be read from the
+stored copy of the issue (only its summary): 2.83 tokens per step is assumed from the per-position
+acceptance 0.844, 0.599, 0.385 that eugr/spark-vllm-docker#343 reports for Gemma 4 MTP, and
+context 512 from the RFC's short-context rows (spec off at batch 65-256 for context <= 768).
+(c) the `cpu` row against the SmolLM2 steps it was fitted to.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vllm_specdec_plugin.core.errors import SpecDecodeConfigError
+from vllm_specdec_plugin.core.roofline import (
+    BATCHES,
+    ModelShape,
+    count_parameters,
+    draft_position_seconds,
+    mtp_draft,
+    roofline_curve,
+    step_seconds,
+)
+from vllm_specdec_plugin.core.step_cost import bucket
+from vllm_specdec_plugin.inputs.hardware import (
+    cpu_prior,
+    find_hardware,
+    load_hardware,
+    parse_hardware_table,
+)
+from vllm_specdec_plugin.inputs.model_shape import shape_from_config
+
+ROOT = Path(__file__).resolve().parents[3]
+LLAMA_8B = dict(layers=32, hidden=4096, heads=32, kv_heads=8, head_dim=128, intermediate=14336,
+                vocab=128256, tied=False)
+SMOLLM2 = dict(layers=30, hidden=576, heads=9, kv_heads=3, head_dim=64, intermediate=1536,
+               vocab=49152, tied=True)
+
+
+def shape(dims: dict, name: str, **extra) -> ModelShape:
+    total, active, routed = count_parameters(**dims, **{k: v for k, v in extra.items()
+                                                         if k in ("experts", "experts_per_token")})
+    return ModelShape(total, active, dims["layers"], dims["hidden"], dims["heads"],
+                      dims["kv_heads"], dims["head_dim"], dims["intermediate"], dims["vocab"],
+                      tied_embeddings=dims["tied"], expert_parameters=routed, name=name, **extra)
+
+
+# --- parameter counts (the published model cards' figures) ----------------------------------
+
+def test_parameter_counts_match_published_models():
+    assert count_parameters(**LLAMA_8B)[0] == 8_030_261_248  # Llama-3.1-8B: 8.03B
+    assert count_parameters(**SMOLLM2)[0] == 134_515_008     # SmolLM2-135M: 134.5M
+    qwen = dict(layers=28, hidden=3584, heads=28, kv_heads=4, head_dim=128, intermediate=18944,
+                vocab=152064, tied=False)
+    assert count_parameters(**qwen, qkv_bias=True)[0] == 7_615_616_512  # Qwen2.5-7B: 7.61B
+    mixtral = dict(layers=32, hidden=4096, heads=32, kv_heads=8, head_dim=128,
+                   intermediate=14336, vocab=32000, tied=False)
+    total, active, routed = count_parameters(**mixtral, experts=8, experts_per_token=2)
+    assert (total, active) == (46_702_792_704, 12_879_925_248)  # Mixtral-8x7B: 46.7B, 12.9B
+    assert routed == 32 * 8 * 3 * 4096 * 14336
+
+
+def test_shape_bytes_flops_and_cache():
+    llama = shape(LLAMA_8B, "llama")
+    assert llama.kv_bytes_per_token == 2 * 32 * 8 * 128 * 2 == 131072
+    assert llama.weight_bytes == 2 * 8_030_261_248
+    # the untied input embedding is looked up, not streamed, and does no matmul
+    assert llama.streamed_bytes(1) == llama.weight_bytes - 2 * 128256 * 4096
+    assert llama.flops_per_token == 2 * (8_030_261_248 - 128256 * 4096)
+    assert llama.kv_read_bytes(1000) == 1000 * 131072
+    gemma = replace(llama, sliding_layers=24, sliding_window=512)
+    assert gemma.kv_read_bytes(400) == llama.kv_read_bytes(400)
+    assert gemma.kv_read_bytes(4096) == (8 * 4096 + 24 * 512) * 4096
+    fp8 = replace(llama, weight_bytes_per_param=1.0, unquantized_parameters=2 * 128256 * 4096)
+    assert fp8.weight_bytes == 8_030_261_248 + 2 * 128256 * 4096
+
+
+def test_moe_streams_the_experts_its_tokens_reach():
+    moe = shape(dict(LLAMA_8B, vocab=32000), "moe", experts=8, experts_per_token=2)
+    dense_part = moe.streamed_bytes(1) - 2 * moe.expert_parameters * 2 / 8
+    assert moe.streamed_bytes(1) == pytest.approx(dense_part + moe.expert_parameters * 2 / 4)
+    assert moe.streamed_bytes(1) < moe.streamed_bytes(4) < moe.streamed_bytes(64)
+    assert moe.streamed_bytes(10_000) == pytest.approx(moe.weight_bytes - 2 * 32000 * 4096)
+
+
+def test_step_model_refuses_impossible_steps():
+    h100, llama = find_hardware("h100-sxm"), shape(LLAMA_8B, "llama")
+    for rows, tokens, context in ((0, 1, 10), (1, 0.5, 10), (1, 1, -1)):
+        with pytest.raises(ValueError):
+            step_seconds(llama, h100, rows, tokens, context)
+    with pytest.raises(ValueError, match="method"):
+        roofline_curve(llama, h100, 100, "eagle")
+
+
+# --- the prior curve -------------------------------------------------------------------------
+
+def test_curve_has_one_bucket_per_batch_at_its_lowest_size():
+    h100, llama = find_hardware("h100-sxm"), shape(LLAMA_8B, "Llama-3.1-8B")
+    curve = roofline_curve(llama, h100, 2048)
+    assert sorted(curve.buckets) == [bucket(b) for b in BATCHES]
+    assert curve.source == "prior: roofline h100-sxm (Llama-3.1-8B, context 2048)"
+    assert curve.measured == frozenset()
+    for key, cost in curve.buckets.items():
+        rows = int(cost.rows)
+        assert bucket(rows) == key and rows in BATCHES
+        assert cost.no_draft_s == pytest.approx(step_seconds(llama, h100, rows, 1, 2048))
+        assert cost.switch_s == pytest.approx(h100.switch_share * cost.no_draft_s)
+    # a verified token costs its matmuls: the batch does not change that in a dense model
+    per_token = {c.per_token_s for c in curve.buckets.values()}
+    assert max(per_token) == pytest.approx(min(per_token))
+    mtp = roofline_curve(llama, h100, 2048, "mtp")
+    for key in curve.buckets:  # mtp also drafts: one MTP forward per position, per row
+        rows = int(curve.buckets[key].rows)
+        extra = draft_position_seconds(mtp_draft(llama), h100, rows, 2048) / rows
+        assert mtp.buckets[key].per_token_s == pytest.approx(curve.buckets[key].per_token_s + extra)
+    assert mtp.buckets[1].per_token_s > 10 * curve.buckets[1].per_token_s  # memory-bound drafts
+
+
+@settings(derandomize=True, deadline=None, max_examples=60)
+@given(rows=st.integers(1, 300), context=st.integers(0, 32768),
+       gpu=st.sampled_from(["h100-sxm", "a100-40gb", "l4", "cpu"]))
+def test_curve_reproduces_the_step_model_inside_every_bucket(rows, context, gpu):
+    """`fixed_tokens` makes StepCostCurve's scaling within a bucket exact for a dense model."""
+    hw, llama = find_hardware(gpu), shape(LLAMA_8B, "llama")
+    curve = roofline_curve(llama, hw, context)
+    plain = curve.seconds(rows, 0, drafting_share=0.0)  # a plain step pays no switch
+    assert plain == pytest.approx(step_seconds(llama, hw, rows, 1, context), rel=1e-9)
+
+
+def test_mtp_draft_is_one_layer_and_the_lm_head():
+    llama = shape(LLAMA_8B, "llama")
+    draft = mtp_draft(llama)
+    layer = (8_030_261_248 - 2 * 128256 * 4096) // 32
+    assert draft.layers == 1 and draft.parameters == layer + 128256 * 4096
+    assert draft.kv_bytes_per_token == 131072 / 32
+
+
+# --- the hardware table ----------------------------------------------------------------------
+
+def test_table_has_every_row_with_a_source_for_every_number():
+    table = load_hardware()
+    assert set(table) >= {"h100-sxm", "h100-nvl", "h100-pcie", "h200", "a100-80gb-sxm",
+                          "a100-40gb", "l40s", "l4", "a10g", "b200", "cpu"}
+    for row in table.values():
+        assert len(row.sources) == 8 and all(len(text) > 10 for text in row.sources.values())
+        assert 0 < row.bandwidth_efficiency <= 1 and 0 < row.flops_efficiency <= 1
+    assert table["a100-80gb-sxm"].fp8_tflops is None
+    assert table["cpu"].sources["overhead_s"].startswith("fitted:")
+    assert find_hardware(" H100-NVL ").name == "h100-nvl"
+    with pytest.raises(SpecDecodeConfigError, match=r"--gpu 'h300' is not in .* give one of"):
+        find_hardware("h300")
+
+
+TABLE = """
+gpu_defaults:
+  bandwidth_efficiency: 0.9
+  flops_efficiency: 0.7
+  fp8_flops_efficiency: 0.35
+  overhead_s: 0.002
+  switch_share: 0.01
+  sources: {bandwidth_efficiency: a, flops_efficiency: b, fp8_flops_efficiency: c,
+            overhead_s: d, switch_share: e}
+gpus:
+  - {name: x1, memory_bandwidth_gbs: 1000, bf16_tflops: 100, fp8_tflops: null,
+     sources: {memory_bandwidth_gbs: s, bf16_tflops: s, fp8_tflops: s}}
+cpu:
+  {name: cpu, memory_bandwidth_gbs: 20, bf16_tflops: 0.5, fp8_tflops: null,
+   bandwidth_efficiency: 1, flops_efficiency: 1, fp8_flops_efficiency: 1, overhead_s: 0.001,
+   switch_share: 0.03, sources: {memory_bandwidth_gbs: m, bf16_tflops: f, fp8_tflops: n,
+   bandwidth_efficiency: f, flops_efficiency: f, fp8_flops_efficiency: f, overhead_s: f,
+   switch_share: z}}
+"""
+
+
+def test_table_parses_and_inherits_the_gpu_defaults():
+    table = parse_hardware_table(TABLE, "t.yaml")
+    assert table["x1"].overhead_s == 0.002 and table["x1"].sources["overhead_s"] == "d"
+    assert table["cpu"].overhead_s == 0.001
+
+
+@pytest.mark.parametrize("change, message", [
+    (("bf16_tflops: 100", "bf16_tflops: -1"), r"gpus\[0\] \(x1\)\.bf16_tflops -1 is outside"),
+    (("bf16_tflops: 100", "bf16_tflops: fast"), r"bf16_tflops must be a number, got 'fast'"),
+    (("bandwidth_efficiency: 0.9", "bandwidth_efficiency: 1.5"), r"bandwidth_efficiency 1.5"),
+    (("bf16_tflops: s, ", ""), r"sources\.bf16_tflops is missing: every number needs its source"),
+    (("name: x1", "name: X1"), r"name must be a lower-case name"),
+    (("name: x1", "name: cpu"), r"row cpu appears twice"),
+    (("gpus:", "gpus: []\nold:"), r"gpus must be a non-empty list"),
+    (("overhead_s: 0.002", "overhead_s: 5"), r"overhead_s 5 is outside \[0.0, 1.0\]"),
+    (("overhead_s: 0.002", "overhead_s: .nan"), r"t.yaml:6 is refused: '.nan' is not a finite"),
+])
+def test_table_refuses_bad_rows_in_one_line(change, message):
+    text = TABLE.replace(*change, 1)
+    with pytest.raises(SpecDecodeConfigError, match=message) as refused:
+        parse_hardware_table(text, "t.yaml")
+    assert "\n" not in str(refused.value) and "t.yaml" in str(refused.value)
+    assert str(refused.value).endswith("fix the hardware table")
+
+
+# --- (a) SpecDecode-Bench, Llama-3.1-8B on H100 (calibration: reproduced) ---------------------
+
+FIT_FIXED, FIT_TOKEN = 5.88590713e-03, 2.10103129e-05  # s per forward, s per batched token
+FIT_KV, FIT_STEP = 3.92645679e-08, 1.20683946e-03  # s per KV token, s per step beside it
+
+
+def test_specdecode_bench_h100_llama8b_fit_reproduced_within_0_1pct():
+    """The calibration vector: the table's efficiencies were fitted to it (3 significant digits),
+    so the fixed part, the per-token and per-KV-token slopes and the steps at (batch, context,
+    tokens per row) points come back within 0.1% (max measured: 0.03%)."""
+    h100, llama = find_hardware("h100-sxm"), shape(LLAMA_8B, "Llama-3.1-8B")
+
+    def forward(rows, per_row, context):  # their forward pass; their 1.207 ms/step beside it
+        return step_seconds(llama, h100, rows, per_row, context) - FIT_STEP
+
+    fixed = forward(1, 1, 0) - (forward(2, 1, 0) - forward(1, 1, 0))
+    token = (forward(8, 2, 0) - forward(8, 1, 0)) / 8
+    kv = (forward(4, 1, 2000) - forward(4, 1, 1000)) / 4000
+    for model, fit in ((fixed, FIT_FIXED), (token, FIT_TOKEN), (kv, FIT_KV)):
+        assert model == pytest.approx(fit, rel=1e-3)
+    for rows, per_row, context in ((1, 1, 512), (8, 4, 1024), (32, 1, 2048), (64, 6, 4096)):
+        fit = FIT_FIXED + FIT_TOKEN * rows * per_row + FIT_KV * rows * context
+        assert forward(rows, per_row, context) == pytest.approx(fit, rel=1e-3)
+
+
+# --- (b) vLLM RFC #48627, Gemma-4-31B FP8 on H100 NVL, MTP K=3 (out of sample) ----------------
+
+GEMMA4_31B = {  # google/gemma-4-31B-it config.json (text part) with an FP8-Dynamic quantization
+    "architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4",
+    "tie_word_embeddings": True,
+    "text_config": {
+        "model_type": "gemma4_text", "hidden_size": 5376, "num_hidden_layers": 60,
+        "intermediate_size": 21504, "num_attention_heads": 32, "num_key_value_heads": 16,
+        "num_global_key_value_heads": 4, "head_dim": 256, "global_head_dim": 512,
+        "vocab_size": 262144, "max_position_embeddings": 262144, "sliding_window": 1024,
+        "attention_k_eq_v": True, "tie_word_embeddings": True, "enable_moe_block": False,
+        "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 10},
+    "quantization_config": {
+        "quant_method": "compressed-tensors", "ignore": ["lm_head"],
+        "config_groups": {"group_0": {"weights": {"num_bits": 8, "type": "float"},
+                                      "input_activations": {"num_bits": 8, "type": "float"}}}}}
+K, TOKENS_PER_STEP, CONTEXT = 3, 1 + 0.844 + 0.599 + 0.385, 512
+
+
+def gemma4_assistant() -> ModelShape:
+    """google/gemma-4-31B-it-assistant: 4 layers of hidden 1024 (3 sliding, 1 full), q-only
+    attention over the target's cache, MLP 8192, its own tied 262144-token head, and
+    projections from and to the target's 5376 (the config values other projects' tests copy)."""
+    total, active, _ = count_parameters(layers=4, hidden=1024, heads=32, kv_heads=0,
+                                        head_dim=256, intermediate=8192, vocab=262144,
+                                        tied=True, global_layers=1, global_head_dim=512)
+    projections = 3 * 5376 * 1024
+    return ModelShape(total + projections, active + projections, 4, 1024, 32, 16, 256, 8192,
+                      262144, tied_embeddings=True, sliding_layers=3, sliding_window=1024,
+                      global_kv_heads=4, global_head_dim=512, name="assistant")
+
+
+def rfc_speedup(rows, hw=None, context=CONTEXT, per_step=TOKENS_PER_STEP):
+    """tokens per step * t(rows, 1 token/row) / t(rows, 1+K tokens/row, K draft positions)."""
+    hw = hw or find_hardware("h100-nvl")
+    gemma = shape_from_config(GEMMA4_31B, "gemma-4-31B", "gemma-4-31B-it FP8")
+    base = step_seconds(gemma, hw, rows, 1, context)
+    spec = (step_seconds(gemma, hw, rows, 1 + K, context) + hw.switch_share * base
+            + K * draft_position_seconds(gemma4_assistant(), hw, rows, context))
+    return per_step * base / spec
+
+
+def test_rfc48627_gemma4_31b_mtp3_30_concurrent_1_75x_vs_1_79x_minus_2pct():
+    """Predicted 1.747x against the RFC's 1.79x (-2.4%); -5.2% / +0.0% at context 256 / 768.
+    Within 6%: the unread context moves it by 5% either way."""
+    assert rfc_speedup(30) == pytest.approx(1.747, abs=0.005)
+    for context in (256, 512, 768):
+        assert abs(rfc_speedup(30, context=context) / 1.79 - 1) < 0.06
+
+
+def test_rfc48627_gemma4_31b_mtp3_128_concurrent_1_34x_vs_1_00x_plus_34pct():
+    """Predicted 1.338x against the RFC's 1.00x: the prior is optimistic at high batch (+34%;
+    +21% / +44% at context 256 / 768; with the acceptance implied by the 30-concurrent point,
+    2.90 tokens per step, 1.37x). Asserted: the figure, and that the prior still ranks 128
+    far below 30 (what a break point needs)."""
+    assert rfc_speedup(128) == pytest.approx(1.338, abs=0.005)
+    implied = 1.79 / (rfc_speedup(30) / TOKENS_PER_STEP)
+    assert implied == pytest.approx(2.898, abs=0.005)
+    assert rfc_speedup(128, per_step=implied) == pytest.approx(1.371, abs=0.005)
+    assert rfc_speedup(128) < rfc_speedup(30) - 0.35
+
+
+def test_rfc48627_fp8_at_its_peak_would_overpredict_by_14_and_63pct():
+    """Why FP8 matmuls are priced at the BF16 rate (`fp8_flops_efficiency`): at the FP8 peak
+    with the BF16 efficiency the two points come out 2.03x (+14%) and 1.63x (+63%)."""
+    nvl = find_hardware("h100-nvl")
+    peak = replace(nvl, fp8_flops_efficiency=nvl.flops_efficiency)
+    assert rfc_speedup(30, peak) == pytest.approx(2.034, abs=0.005)
+    assert rfc_speedup(128, peak) == pytest.approx(1.629, abs=0.005)
+
+
+def test_rfc48627_through_the_prior_curve_at_bucket_granularity():
+    """The same speedup priced through `roofline_curve(..., "mtp")` as whatif does: 1.71x at 30
+    (the 16-31 bucket's per-token cost, measured at 16 rows) and 1.34x at 128."""
+    gemma = shape_from_config(GEMMA4_31B, "gemma-4-31B", "gemma-4-31B-it FP8")
+    curve = roofline_curve(gemma, find_hardware("h100-nvl"), CONTEXT, "mtp",
+                           draft=gemma4_assistant())
+    for rows, expected in ((30, 1.710), (128, 1.339)):
+        plain = curve.seconds(rows, 0, drafting_share=0.0)
+        speedup = TOKENS_PER_STEP * plain / curve.seconds(rows, rows * K)
+        assert speedup == pytest.approx(expected, abs=0.005)
+
+
+# --- (c) the cpu row against the steps it was fitted to --------------------------------------
+
+def test_cpu_row_reproduces_smollm2_switchback_steps_within_9pct():
+    """benchmarks/results/schedule-switchback.json, open_ended [k0, k0]: measured 15.34, 14.61,
+    22.31, 32.38 ms at concurrency 1, 4, 16, 32; the cpu row gives 14.05, 15.79, 22.76, 32.05 ms
+    (-8.4%, +8.1%, +2.0%, -1.0%: the measurement itself is not monotone at 1 and 4)."""
+    cells = json.loads((ROOT / "benchmarks/results/schedule-switchback.json").read_text())
+    cpu, smollm2 = find_hardware("cpu"), shape(SMOLLM2, "SmolLM2-135M")
+    residuals = {}
+    for cell in cells["cells"]:
+        if cell["arms"] == ["k0", "k0"] and cell["workload"] == "open_ended":
+            arms = cell["cell"]
+            rows = cell["concurrency"]
+            measured = rows * 2 / (arms["arm0"]["tokens_per_s"] + arms["arm1"]["tokens_per_s"])
+            residuals[rows] = step_seconds(smollm2, cpu, rows, 1, 123) / measured - 1
+    assert sorted(residuals) == [1, 4, 16, 32]
+    assert [round(100 * r, 1) for r in residuals.values()] == [-8.4, 8.1, 2.0, -1.0]
+    assert cpu_prior(smollm2, 123).source == "prior: roofline cpu (SmolLM2-135M, context 123)"

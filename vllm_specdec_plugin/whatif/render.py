@@ -1,0 +1,178 @@
+"""`whatif`'s three outputs: a terminal table, `--json`, and `--plot` (speedup against batch size).
+
+`--json` is one object; its `methods` list holds one entry per method and k with `method`, `k`,
+`requests`, `output_tokens`, `steps`, `drafted_tokens`, `accepted_tokens`,
+`accepted_by_position`, and `predicted` as a list of `{batch, speedup, low, high}`, beside the
+traffic, the cost curve and the recommendation.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict
+from typing import Any
+
+import numpy as np
+
+from vllm_specdec_plugin.core.step_cost import bucket_label
+from vllm_specdec_plugin.whatif.run import MethodOutcome, WhatifReport
+
+SPREAD_PERCENTILES = (10, 90)
+"""The spread across requests shown for tokens per step."""
+
+
+def per_request_tokens_per_step(outcome: MethodOutcome) -> np.ndarray:
+    """Each request's mean tokens per verify step (requests of one token have none)."""
+    r = outcome.result
+    steps = r.steps.astype(np.float64)
+    emitted = (r.output_tokens - 1).clip(min=0).astype(np.float64)
+    keep = steps > 0
+    return emitted[keep] / steps[keep]
+
+
+def method_json(outcome: MethodOutcome) -> dict[str, Any]:
+    r = outcome.result
+    spread = per_request_tokens_per_step(outcome)
+    low, high = (np.percentile(spread, SPREAD_PERCENTILES).tolist() if len(spread)
+                 else (None, None))
+    drafted = int(r.drafted.sum())
+    return {
+        "method": r.config.method, "k": r.config.k, "label": outcome.label,
+        "resolved": r.resolved, "requests": r.requests,
+        "output_tokens": int(r.output_tokens.sum()), "steps": r.total_steps,
+        "drafting_steps": int(r.drafting_steps.sum()), "drafted_tokens": drafted,
+        "accepted_tokens": int(r.accepted.sum()),
+        "accepted_tokens_past_end_open": r.past_end_open,
+        "accepted_by_position": [int(x) for x in r.accepted_by_position],
+        "acceptance_rate": int(r.accepted.sum()) / drafted if drafted else None,
+        "drafting_share": r.drafting_share, "tokens_per_step": r.tokens_per_step,
+        "tokens_per_step_spread": {f"p{SPREAD_PERCENTILES[0]}": low,
+                                   f"p{SPREAD_PERCENTILES[1]}": high},
+        "predicted": [{"batch": p.batch, "speedup": p.speedup, "low": p.low, "high": p.high}
+                      for p in outcome.predicted],
+        "replay_tokens_per_s": outcome.replay_tokens_per_s,
+        "notes": list(r.notes)}
+
+
+def curve_json(report: WhatifReport) -> dict[str, Any]:
+    curve = report.curve
+    return {"source": curve.source, "fixed_tokens": curve.fixed_tokens,
+            "measured_buckets": [bucket_label(k) for k in sorted(curve.measured)],
+            "buckets": {bucket_label(k): asdict(v) for k, v in sorted(curve.buckets.items())},
+            "prior_share": report.prior_share}
+
+
+def to_json(report: WhatifReport) -> dict[str, Any]:
+    return {"traffic": report.traffic, "model": report.model, "costs": curve_json(report),
+            "methods": [method_json(o) for o in report.outcomes],
+            "recommendation": asdict(report.recommendation), "notes": report.notes}
+
+
+def dumps(report: WhatifReport) -> str:
+    return json.dumps(to_json(report), indent=2, default=_plain)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    raise TypeError(f"not JSON: {type(value).__name__}")
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None or not math.isfinite(value) else f"{value:.2f}x"
+
+
+def render_table(report: WhatifReport) -> str:
+    t = report.traffic
+    lines = [f"traffic: {t['path']} ({t['format']}): {t['requests']} requests, "
+             f"{t['output_tokens']:,} output tokens (prompt {t['mean_prompt_tokens']:g}, "
+             f"output {t['mean_completion_tokens']:g} tokens on average)"]
+    if t["skipped"]:
+        first = t["first_bad"]
+        where = f"; first: line {first['line']}: {first['why']}" if first else ""
+        lines.append(f"  skipped {t['skipped']} of {t['entries']} entries{where}")
+    if t.get("truncated"):
+        lines.append("  stopped at --max-requests")
+    lines.append(f"costs: {report.curve.source}")
+    share = report.prior_share
+    lines.append("  " + ("every batch size priced from measured step costs" if share == 0 else
+                         f"{share:.0%} of the batch sizes priced from a prior (not measured)"))
+    batches = [p.batch for p in report.outcomes[0].predicted] if report.outcomes else []
+    head = (f"{'method':<22}{'drafted':>9}{'accepted':>10}{'acc%':>6}{'drafting%':>10}"
+            f"{'tok/step':>9}{'p10-p90':>11}  " + "".join(f"{'b=' + str(b):>8}" for b in batches))
+    lines += ["", head, "-" * len(head)]
+    for outcome in report.outcomes:
+        j = method_json(outcome)
+        spread = j["tokens_per_step_spread"]
+        spread_text = ("-" if spread["p10"] is None
+                       else f"{spread['p10']:.2f}-{spread['p90']:.2f}")
+        rate = j["acceptance_rate"]
+        lines.append(
+            f"{outcome.label:<22}{j['drafted_tokens']:>9,}{j['accepted_tokens']:>10,}"
+            f"{'-' if rate is None else f'{rate:.0%}':>6}{j['drafting_share']:>10.0%}"
+            f"{j['tokens_per_step']:>9.2f}{spread_text:>11}  "
+            + "".join(f"{_ratio(p.speedup):>8}" for p in outcome.predicted))
+    lines.append("")
+    lines.append("predicted speedup against no speculation per batch size (90% interval over "
+                 "requests in --json)")
+    lines += recommendation_lines(report)
+    speeds = [f"{o.label} {o.replay_tokens_per_s / 1000:,.0f}k tokens/s"
+              for o in report.outcomes if o.replay_tokens_per_s]
+    if speeds:
+        lines.append("replay speed: " + ", ".join(speeds))
+    lines += report.notes
+    return "\n".join(lines)
+
+
+def recommendation_lines(report: WhatifReport) -> list[str]:
+    """The option to start from, where speculation stops paying, and the schedule the
+    controller would start from (`num_speculative_tokens_per_batch_size`)."""
+    rec = report.recommendation
+    if rec.best is None:
+        return ["recommended: no speculation (no option's interval is above 1x at batch "
+                f"{report.options.batches[0]})"]
+    first = next(p for o in report.outcomes if o.label == rec.best for p in o.predicted)
+    lines = [f"recommended: {rec.best} ({first.speedup:.2f}x at batch {first.batch}, 90% "
+             f"{first.low:.2f}-{first.high:.2f})"]
+    lines.append("  speculation stops paying at batch " + str(rec.break_point)
+                 if rec.break_point is not None else
+                 "  speculation pays at every predicted batch size")
+    if rec.schedule:
+        lines.append("  start the controller from: num_speculative_tokens "
+                     f"{rec.num_speculative_tokens}, num_speculative_tokens_per_batch_size "
+                     f"{json.dumps(rec.schedule)}")
+    return lines
+
+
+def plot(report: WhatifReport, path: str) -> None:
+    """Predicted speedup against batch size, one line per method and k, its interval shaded."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for outcome in report.outcomes:
+        xs = [p.batch for p in outcome.predicted]
+        ax.plot(xs, [p.speedup for p in outcome.predicted], marker="o", label=outcome.label)
+        ax.fill_between(xs, [p.low for p in outcome.predicted],
+                        [p.high for p in outcome.predicted], alpha=0.15)
+    ax.axhline(1.0, color="grey", linewidth=1, linestyle="--")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("batch size (running requests)")
+    ax.set_ylabel("predicted speedup vs no speculation")
+    measured = len(report.curve.measured)
+    costs = ("measured" if report.prior_share == 0 else
+             f"{measured} bucket(s) measured, the rest a prior" if measured else "a prior")
+    ax.set_title(f"whatif: {report.traffic['requests']} requests; step costs: {costs}",
+                 fontsize=9)
+    batches = list(report.options.batches)
+    ax.set_xticks(batches, [str(b) for b in batches])
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

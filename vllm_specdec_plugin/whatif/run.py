@@ -1,0 +1,194 @@
+"""One `whatif` run, from options to a report: the stages wired in order, no printing.
+
+read the traffic (`inputs/traffic.py`) -> tokenize it with the model's tokenizer (`tokens.py`)
+-> replay each configuration (`replay.py`) -> price the steps with one step-cost curve
+(`core/step_cost.StepCostCurve`: `--costs` from a running engine, filled where it has no bucket
+from the platform's prior, `core/roofline.py`) -> predicted speedup per batch size and the
+recommendation (`core/speedup.py`). `cli/whatif.py` parses the flags, `render.py` prints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from vllm_specdec_plugin.core.speedup import (
+    Predicted,
+    Recommendation,
+    ReplayCounts,
+    predict,
+    prior_share,
+    recommend,
+)
+from vllm_specdec_plugin.core.step_cost import StepCostCurve
+from vllm_specdec_plugin.whatif.types import MethodConfig, ReplayRequest, ReplayResult
+
+DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128)
+"""The batch sizes predicted: the lowest batch of each controller bucket up to 128."""
+
+Progress = Callable[[str, int, int], None]
+"""progress(stage, done, total): called as a stage advances (the CLI draws a bar)."""
+
+
+@dataclass(frozen=True)
+class WhatifOptions:
+    """What to replay and how to price it (the command's flags, parsed)."""
+
+    model: str
+    traffic: str
+    configs: tuple[MethodConfig, ...]
+    costs: str | None = None
+    platform: str = "cpu"
+    gpu: str | None = None
+    batches: tuple[int, ...] = DEFAULT_BATCHES
+    max_requests: int | None = None
+    max_model_len: int | None = None
+    """Default: the checkpoint's context length."""
+
+
+@dataclass(frozen=True)
+class MethodOutcome:
+    """One configuration's replay and what it predicts."""
+
+    result: ReplayResult
+    predicted: list[Predicted]
+
+    @property
+    def label(self) -> str:
+        return label(self.result.config, self.result.resolved)
+
+    @property
+    def replay_tokens_per_s(self) -> float | None:
+        seconds = self.result.seconds
+        return float(self.result.output_tokens.sum()) / seconds if seconds > 0 else None
+
+
+@dataclass(frozen=True)
+class WhatifReport:
+    """Everything the outputs show."""
+
+    options: WhatifOptions
+    traffic: dict[str, Any]
+    """format, entries, skipped, first_bad, requests, output_tokens, prompt/completion means."""
+    model: dict[str, Any]
+    curve: StepCostCurve
+    prior_share: float
+    """The share of predicted batch sizes priced from a prior, not from measured costs."""
+    outcomes: list[MethodOutcome]
+    recommendation: Recommendation
+    notes: list[str] = field(default_factory=list)
+
+
+def label(config: MethodConfig, resolved: dict[str, Any] | None = None) -> str:
+    """"suffix k=24", "ngram k=5 n=4-4" (the n-gram lengths as vLLM resolved them)."""
+    text = f"{config.method} k={config.k}"
+    if config.method == "ngram":
+        low = (resolved or {}).get("prompt_lookup_min", config.prompt_lookup_min)
+        high = (resolved or {}).get("prompt_lookup_max", config.prompt_lookup_max)
+        text += f" n={low or '-'}-{high or '-'}"
+    return text
+
+
+def run_whatif(options: WhatifOptions, progress: Progress | None = None) -> WhatifReport:
+    """Every stage in order; errors are the stages' own one-line errors."""
+    from vllm_specdec_plugin.inputs.traffic import read_traffic
+    from vllm_specdec_plugin.whatif.curves import curve_for
+    from vllm_specdec_plugin.whatif.replay import replay
+    from vllm_specdec_plugin.whatif.tokens import load_tokenizer, tokenize_traffic
+
+    traffic = read_traffic(options.traffic, options.max_requests)
+    tokenizer = load_tokenizer(options.model)
+    shape, max_model_len = _model(options)
+    tokenized = tokenize_traffic(
+        tokenizer, traffic.records, max_tokens_per_request=max_model_len,
+        progress=_stage(progress, "tokenize", len(traffic.records)),
+        unit="conversation" if traffic.format == "sharegpt" else "line")
+    requests = tokenized.requests
+    if not requests:
+        from vllm_specdec_plugin.inputs.traffic import TrafficError
+
+        why = f" (first: {tokenized.first_bad[1]})" if tokenized.first_bad else ""
+        raise TrafficError(f"--traffic {options.traffic}: no request could be tokenized with "
+                           f"--model {options.model}{why}; check that the traffic was served "
+                           "by this model")
+    context = _mean_context(requests)
+    curve = curve_for(options.costs, options.platform, options.gpu, shape, context)
+    outcomes = []
+    for config in options.configs:
+        result = replay(requests, config, max_model_len=max_model_len,
+                        step_seconds=_step_seconds(curve),
+                        progress=_stage(progress, label(config), len(requests)))
+        outcomes.append(MethodOutcome(result, predict(ReplayCounts.of(result), curve,
+                                                      options.batches)))
+    chosen = recommend({o.label: o.predicted for o in outcomes},
+                       {o.label: o.result.config.k for o in outcomes},
+                       {o.label: o.result.config.method for o in outcomes})
+    return WhatifReport(
+        options=options, traffic=_traffic_summary(options.traffic, traffic, tokenized, requests),
+        model={"path": options.model, "parameters": getattr(shape, "parameters", None),
+               "max_model_len": max_model_len, "mean_context": round(context, 1)},
+        curve=curve, prior_share=prior_share(curve, options.batches), outcomes=outcomes,
+        recommendation=chosen)
+
+
+def _stage(progress: Progress | None, stage: str, total: int) -> Callable[[int], None] | None:
+    if progress is None:
+        return None
+    done = [0]
+
+    def advance(n: int) -> None:
+        done[0] += n
+        progress(stage, done[0], total)
+
+    return advance
+
+
+def _model(options: WhatifOptions) -> tuple[Any, int]:
+    """The checkpoint's shape (for the priors; None where its config cannot be read and
+    `--costs` prices every step) and the context length the replay clips to."""
+    from vllm_specdec_plugin.core.errors import SpecDecodeConfigError
+    from vllm_specdec_plugin.core.limits import MAX_REQUEST_TOKENS
+    from vllm_specdec_plugin.inputs.model_shape import read_model_shape
+
+    try:
+        shape = read_model_shape(options.model)
+    except SpecDecodeConfigError:
+        if options.costs is None:
+            raise
+        shape = None
+    context = int(getattr(shape, "max_context", 0) or 0)
+    return shape, options.max_model_len or context or MAX_REQUEST_TOKENS
+
+
+def _mean_context(requests: Sequence[ReplayRequest]) -> float:
+    """The mean tokens in context over a request's decode: its prompt and half its output."""
+    sizes = [len(r.prompt_ids) + len(r.completion_ids) / 2 for r in requests]
+    return float(np.mean(sizes)) if sizes else 0.0
+
+
+def _step_seconds(curve: StepCostCurve) -> Callable[[int, int], float]:
+    """The simulated time of one step (the adaptive replay's clock), from the same curve."""
+    def seconds(rows: int, drafted: int) -> float:
+        return curve.seconds(rows, drafted, 1.0 if drafted else 0.0)
+
+    return seconds
+
+
+def _traffic_summary(path: str, traffic: Any, tokenized: Any,
+                     requests: Sequence[ReplayRequest]) -> dict[str, Any]:
+    first_bad = traffic.first_bad or tokenized.first_bad
+    return {
+        "path": path, "format": traffic.format, "entries": traffic.entries,
+        "skipped": traffic.skipped + tokenized.skipped,
+        "first_bad": None if first_bad is None else {"line": first_bad[0], "why": first_bad[1]},
+        "truncated": bool(traffic.truncated or tokenized.truncated),
+        "stop_reason": traffic.stop_reason,
+        "requests": len(requests),
+        "output_tokens": int(sum(len(r.completion_ids) for r in requests)),
+        "mean_prompt_tokens": round(float(np.mean([len(r.prompt_ids) for r in requests])), 1),
+        "mean_completion_tokens": round(
+            float(np.mean([len(r.completion_ids) for r in requests])), 1)}
+
