@@ -88,7 +88,8 @@ def label(config: MethodConfig, resolved: dict[str, Any] | None = None) -> str:
     if config.method == "ngram":
         low = (resolved or {}).get("prompt_lookup_min", config.prompt_lookup_min)
         high = (resolved or {}).get("prompt_lookup_max", config.prompt_lookup_max)
-        text += f" n={low or '-'}-{high or '-'}"
+        if low is not None or high is not None:
+            text += f" n={low or '-'}-{high or '-'}"
     return text
 
 
@@ -120,7 +121,7 @@ def run_whatif(options: WhatifOptions, progress: Progress | None = None) -> What
     for config in options.configs:
         result = replay(requests, config, max_model_len=max_model_len,
                         step_seconds=_step_seconds(curve),
-                        progress=_stage(progress, label(config), len(requests)))
+                        progress=_stage(progress, label(config), len(requests), total=True))
         outcomes.append(MethodOutcome(result, predict(ReplayCounts.of(result), curve,
                                                       options.batches)))
     chosen = recommend({o.label: o.predicted for o in outcomes},
@@ -134,14 +135,17 @@ def run_whatif(options: WhatifOptions, progress: Progress | None = None) -> What
         recommendation=chosen)
 
 
-def _stage(progress: Progress | None, stage: str, total: int) -> Callable[[int], None] | None:
+def _stage(progress: Progress | None, stage: str, count: int, total: bool = False
+           ) -> Callable[[int], None] | None:
+    """A stage's callback: given the items done since the last call (the tokenizer's), or
+    with `total` the items done so far (the replay's)."""
     if progress is None:
         return None
     done = [0]
 
     def advance(n: int) -> None:
-        done[0] += n
-        progress(stage, done[0], total)
+        done[0] = n if total else done[0] + n
+        progress(stage, done[0], count)
 
     return advance
 

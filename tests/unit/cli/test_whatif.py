@@ -124,3 +124,24 @@ def test_bad_input_is_one_line_and_exit_2(tiny_llama, traffic, tmp_path, capsys,
     assert out == ""
     assert expected in err
     assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_progress_reaches_each_stages_total(tiny_llama, traffic):
+    import io
+
+    from vllm_specdec_plugin.cli.whatif import ProgressBar
+    from vllm_specdec_plugin.whatif.run import WhatifOptions, run_whatif
+    from vllm_specdec_plugin.whatif.types import MethodConfig
+
+    seen: dict[str, tuple[int, int]] = {}
+    stream = io.StringIO()
+    bar = ProgressBar(stream)
+
+    def progress(stage: str, done: int, total: int) -> None:
+        seen[stage] = (done, total)
+        bar(stage, done, total)
+
+    run_whatif(WhatifOptions(str(tiny_llama), str(traffic),
+                             (MethodConfig("ngram", 5), MethodConfig("suffix", 8))), progress)
+    assert seen == {"tokenize": (13, 13), "ngram k=5": (13, 13), "suffix k=8": (13, 13)}
+    assert "13/13" in stream.getvalue()
