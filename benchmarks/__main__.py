@@ -53,6 +53,9 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("whatif_check", "benchmarks.probes.whatif_check",
               "`vllm-specdec whatif` against the engine: replay vs counters (exactness), "
               "prediction vs the in-engine switchback"),
+    Benchmark("run_pairs", "benchmarks.probes.run_pairs",
+              "a run of k against a run of k=0 in one engine, paired request by request "
+              "(decode seconds; what whatif predicts)"),
     Benchmark("zero_draft_profile", "benchmarks.probes.zero_draft_profile",
               "where a zero-draft step's time goes (in-process engine; --micro: parts alone)"),
     Benchmark("hostile_inputs", "benchmarks.reliability.hostile_inputs",

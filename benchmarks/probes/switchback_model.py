@@ -112,3 +112,31 @@ def simulate(requests: Sequence[Any], k: int, lookup: tuple[int, int], curve: St
     cell = buckets[key_of_cell]
     (t0, s0), (t1, s1) = cell.totals
     return {"pairs": cell.pairs, "throughput_ratio": (t1 / s1) / (t0 / s0)}
+
+
+def lockstep(result: Any, curve: StepCostCurve, concurrency: int) -> float:
+    """`run_pairs`' load at `concurrency` > 1: batches of `concurrency` requests in traffic
+    order, each batch served whole (its requests start together; one that finishes early leaves
+    the batch smaller until the slowest is done). From the replay's per-request counts (`whatif`'s
+    `ReplayResult`): under k each row runs its own verify steps at its mean draft per step;
+    without speculation every row runs n - 1 steps. Returns the decode-time ratio k0 / k."""
+    none = spec = 0.0
+    n = len(result.steps)
+    for start in range(0, n - concurrency + 1, concurrency):
+        rows = range(start, start + concurrency)
+        plain = [int(result.output_tokens[i]) - 1 for i in rows]
+        steps = [int(result.steps[i]) for i in rows]
+        draft = [float(result.drafted[i]) / max(steps_i, 1)
+                 for i, steps_i in zip(rows, steps, strict=True)]
+        share = [float(result.drafting_steps[i]) / max(steps_i, 1)
+                 for i, steps_i in zip(rows, steps, strict=True)]
+        for j in range(max(plain)):
+            alive = sum(p > j for p in plain)
+            none += curve.seconds(alive, 0.0, 0.0)
+        for j in range(max(steps)):
+            alive = [r for r in range(concurrency) if steps[r] > j]
+            quiet = 1.0
+            for r in alive:
+                quiet *= 1.0 - share[r]
+            spec += curve.seconds(len(alive), sum(draft[r] for r in alive), 1.0 - quiet)
+    return none / spec

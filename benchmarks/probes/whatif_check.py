@@ -58,12 +58,20 @@ def run_switchback(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def costs_file(cells: list[dict[str, Any]], workload: str, path: Path) -> Path:
-    """The step costs the engine learned serving `workload` (each concurrency's own bucket),
-    in the snapshot's form (`{"step_costs": {"rows>=N": ...}}`), as `--costs` reads it."""
+    """The step costs the engine learned serving `workload` (each bucket from the cell that
+    measured it most), in the snapshot's form (`{"step_costs": {"rows>=N": ...}}`), as
+    `--costs` reads it."""
     merged: dict[str, Any] = {}
-    for cell in cells:
+
+    def samples(entry: dict[str, Any]) -> float:
+        return float(entry.get("no_draft_samples") or 0) + float(entry.get("drafting_samples")
+                                                                 or 0)
+
+    for cell in cells:  # per bucket the cell that measured it most (each restarts the table)
         if cell["workload"] == workload:
-            merged.update(cell.get("step_costs") or {})
+            for key, entry in (cell.get("step_costs") or {}).items():
+                if key not in merged or samples(entry) > samples(merged[key]):
+                    merged[key] = entry
     write_json(path, {"step_costs": merged}, indent=1)
     return path
 
@@ -187,12 +195,54 @@ def prediction(model: str) -> list[dict[str, Any]]:
     return rows
 
 
+RUNS = WHATIF_DIR / "runs.json"
+
+
+def against_runs(model: str) -> list[dict[str, Any]]:
+    """The plain prediction against `run_pairs`' runs (k5 against k0, whole requests, decode
+    seconds): steady state at batch c, and c > 1 also as run_pairs loads it (batches served in
+    lockstep, `switchback_model.lockstep`)."""
+    from benchmarks.probes.switchback_model import lockstep
+    from vllm_specdec_plugin.whatif.costs import load_costs
+    from vllm_specdec_plugin.whatif.run import WhatifOptions, run_whatif
+    from vllm_specdec_plugin.whatif.types import MethodConfig
+
+    config = MethodConfig("ngram", 5, None, 4)
+    rows = []
+    for cell in json.loads(RUNS.read_text())["cells"]:
+        if cell["arms"][0] == cell["arms"][1]:
+            rows.append({"workload": cell["workload"], "concurrency": cell["concurrency"],
+                         "aa": True, "measured": cell})
+            continue
+        workload, c = cell["workload"], cell["concurrency"]
+        traffic = str(WHATIF_DIR / f"traffic-ngram-{workload}.jsonl")
+        costs = WHATIF_DIR / f"costs-{workload}.json"
+        for source, path in (("engine costs", str(costs)), ("cpu prior", None)):
+            report = run_whatif(WhatifOptions(model, traffic, (config,), path, batches=(c,)))
+            [predicted] = report.outcomes[0].predicted
+            models = [("steady", predicted.speedup, predicted.low, predicted.high)]
+            if c > 1:
+                value = lockstep(report.outcomes[0].result, report.curve, c)
+                models.append(("lockstep", value, value, value))
+            for name, value, low, high in models:
+                error = value / cell["ratio"] - 1
+                inside = cell["low"] <= value <= cell["high"]
+                rows.append({"workload": workload, "concurrency": c, "costs": source,
+                             "model": name, "measured": {k: cell[k] for k in (
+                                 "ratio", "low", "high", "pairs", "median_pair_ratio")},
+                             "predicted": {"speedup": value, "low": low, "high": high},
+                             "error": error, "inside_interval": inside,
+                             "met": inside or abs(error) <= 0.05})
+    _ = load_costs  # the costs file is read by run_whatif (--costs)
+    return rows
+
+
 def _pct(value: float) -> str:
     return f"{100 * value:+.1f}%"
 
 
 def markdown(out: dict[str, Any]) -> str:
-    """The two tables docs/operations.md quotes (tests/unit/test_docs_figures.py checks that
+    """The three tables docs/whatif.md quotes (tests/unit/test_docs_figures.py checks that
     the page's rows are these)."""
     lines = ["| method | workload | requests | engine: drafts / draft tokens / accepted | "
              "replay | error | from the log alone: accepted |",
@@ -205,6 +255,22 @@ def markdown(out: dict[str, Any]) -> str:
             f"{e['drafting_steps']:,} / {e['drafted_tokens']:,} / {e['accepted_tokens']:,} | "
             f"{got['drafting_steps']:,} / {got['drafted_tokens']:,} / "
             f"{got['accepted_tokens']:,} | {_pct(worst)} | {alone['accepted_tokens']:,} |")
+    lines += ["", "| workload | concurrency | run k5 / k0 decode (90%) | costs | model | "
+              "predicted (90%) | error | met |", "|---|---|---|---|---|---|---|---|"]
+    for row in out.get("runs", []):
+        m = row["measured"]
+        if row.get("aa"):
+            lines.append(f"| {row['workload']} (A/A: k0 / k0) | {row['concurrency']} | "
+                         f"{m['ratio']:.3f} ({m['low']:.3f}-{m['high']:.3f}) | - | - | - | - "
+                         "| - |")
+            continue
+        p = row["predicted"]
+        shown = (f"{p['speedup']:.3f} ({p['low']:.3f}-{p['high']:.3f})"
+                 if row["model"] == "steady" else f"{p['speedup']:.3f}")
+        lines.append(
+            f"| {row['workload']} | {row['concurrency']} | {m['ratio']:.3f} ({m['low']:.3f}-"
+            f"{m['high']:.3f}) | {row['costs']} | {row['model']} | {shown} | "
+            f"{_pct(row['error'])} | {'yes' if row['met'] else '**no**'} |")
     lines += ["", "| workload | concurrency | measured k5 / k0 tokens/s (90%) | median of pairs "
               "| costs | predicted (90%) | error | met |", "|---|---|---|---|---|---|---|---|"]
     for row in out["prediction"]:
@@ -250,7 +316,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "switchback": json.loads(SWITCHBACK.read_text())["meta"]
                     if SWITCHBACK.exists() else None},
            "exactness": exactness(model),
+           # prediction() writes the costs files against_runs() reads
            "prediction": prediction(model) if SWITCHBACK.exists() else []}
+    out["runs"] = against_runs(model) if RUNS.exists() else []
     write_json(Path(args.out), out, indent=1)
     Path(args.out).with_suffix(".md").write_text(markdown(out))
     print(markdown(out))
