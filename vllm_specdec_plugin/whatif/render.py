@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from vllm_specdec_plugin.core.methods import method_spec
 from vllm_specdec_plugin.core.step_cost import bucket_label
 from vllm_specdec_plugin.whatif.run import MethodOutcome, WhatifReport
 
@@ -140,10 +141,18 @@ def recommendation_lines(report: WhatifReport) -> list[str]:
     lines.append("  speculation stops paying at batch " + str(rec.break_point)
                  if rec.break_point is not None else
                  "  speculation pays at every predicted batch size")
-    if rec.schedule:
+    method = next(o.result.config.method for o in report.outcomes if o.label == rec.best)
+    spec = method_spec(method)
+    if rec.schedule and spec is not None and spec.schedule_on_v1:
         lines.append("  start the controller from: num_speculative_tokens "
                      f"{rec.num_speculative_tokens}, num_speculative_tokens_per_batch_size "
                      f"{json.dumps(rec.schedule)}")
+    elif rec.schedule:
+        # vLLM keeps a per-batch schedule only for the methods whose proposer honours it;
+        # the adaptive proposer sizes each row's draft itself
+        lines.append(f"  {method}: no per-batch schedule (vLLM takes none for it"
+                     + ("; it sizes each draft from its own step costs)" if method == "adaptive"
+                        else ")"))
     return lines
 
 

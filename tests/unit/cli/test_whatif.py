@@ -145,3 +145,15 @@ def test_progress_reaches_each_stages_total(tiny_llama, traffic):
                              (MethodConfig("ngram", 5), MethodConfig("suffix", 8))), progress)
     assert seen == {"tokenize": (13, 13), "ngram k=5": (13, 13), "suffix k=8": (13, 13)}
     assert "13/13" in stream.getvalue()
+
+
+def test_a_schedule_is_suggested_only_for_methods_vllm_schedules(tiny_llama, traffic, capsys):
+    code, out, _ = run(capsys, "--model", str(tiny_llama), "--traffic", str(traffic),
+                       "--method", "ngram")
+    assert code == 0 and "recommended: ngram" in out
+    assert "num_speculative_tokens_per_batch_size [[1, " in out
+    code, out, _ = run(capsys, "--model", str(tiny_llama), "--traffic", str(traffic),
+                       "--method", "suffix")
+    assert code == 0 and "recommended: suffix" in out
+    assert "suffix: no per-batch schedule" in out
+    assert "num_speculative_tokens_per_batch_size" not in out
