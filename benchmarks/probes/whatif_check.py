@@ -203,7 +203,6 @@ def against_runs(model: str) -> list[dict[str, Any]]:
     seconds): steady state at batch c, and c > 1 also as run_pairs loads it (batches served in
     lockstep, `switchback_model.lockstep`)."""
     from benchmarks.probes.switchback_model import lockstep
-    from vllm_specdec_plugin.whatif.costs import load_costs
     from vllm_specdec_plugin.whatif.run import WhatifOptions, run_whatif
     from vllm_specdec_plugin.whatif.types import MethodConfig
 
@@ -233,7 +232,6 @@ def against_runs(model: str) -> list[dict[str, Any]]:
                              "predicted": {"speedup": value, "low": low, "high": high},
                              "error": error, "inside_interval": inside,
                              "met": inside or abs(error) <= 0.05})
-    _ = load_costs  # the costs file is read by run_whatif (--costs)
     return rows
 
 

@@ -25,7 +25,7 @@ DEFAULT_GPU = "h100-sxm"
 def prior_for(platform: str, gpu: str | None, shape: Any, context: float) -> StepCostCurve:
     """The platform's prior step-cost curve for a model of `shape` at mean `context` tokens."""
     from vllm_specdec_plugin.core.roofline import roofline_curve
-    from vllm_specdec_plugin.inputs.hardware import find_hardware
+    from vllm_specdec_plugin.inputs.hardware import cpu_prior, find_hardware
 
     if platform == "rbln":
         raise SpecDecodeConfigError(
@@ -34,9 +34,9 @@ def prior_for(platform: str, gpu: str | None, shape: Any, context: float) -> Ste
     if shape is None:
         raise SpecDecodeConfigError("--model: its config.json gives no shape for a prior; "
                                     "give --costs FILE measured by a running engine")
-    row = find_hardware("cpu", "--platform cpu") if platform == "cpu" \
-        else find_hardware(gpu or DEFAULT_GPU)
-    return roofline_curve(shape, row, int(round(context)))
+    if platform == "cpu":
+        return cpu_prior(shape, int(round(context)))
+    return roofline_curve(shape, find_hardware(gpu or DEFAULT_GPU), int(round(context)))
 
 
 def curve_for(costs: str | None, platform: str, gpu: str | None, shape: Any,
