@@ -47,6 +47,9 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("schedule_switchback", "benchmarks.probes.schedule_switchback",
               "the schedule controller's switchback arms (k against k=0) in one in-process "
               "engine, cell by cell"),
+    Benchmark("request_caps", "benchmarks.probes.request_caps",
+              "per-request speculation: opted-out and mixed batches against k=0 and k=5 in one "
+              "engine, paired TPOT; the scheduler's added cost per step at batch 256"),
     Benchmark("whatif_serve", "benchmarks.probes.whatif_serve",
               "each workload served one request at a time, opted in: the traffic and vLLM's "
               "spec-decode counters that `vllm-specdec whatif`'s replay is checked against"),

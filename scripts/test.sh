@@ -1,7 +1,20 @@
 #!/usr/bin/env bash
-# The test command: set up the environment if needed, lint, run every test.
+# The test command: set up the environments if needed, lint, type-check, run the tests.
+#
+#   bash scripts/test.sh           every test, every tier (what CI runs; docs/testing.md)
+#   bash scripts/test.sh --fast    the unit and contract tiers: no vLLM engine starts
+#
+# Further arguments go to pytest (`bash scripts/test.sh --fast -k status`). Two pytest workers
+# (pytest-xdist), one per core, each taking whole test files (`--dist loadfile`), so a file's
+# module-scoped engine is started once; PYTEST_WORKERS=1 runs everything in one process.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+tier=full
+if [[ "${1:-}" == "--fast" ]]; then
+  tier=fast
+  shift
+fi
+start=$(date +%s)
 bash scripts/setup-env.sh
 # promtool for the alert unit tests (tests/deploy/): Debian's prometheus
 bash .ci/setup-tools.sh
@@ -14,4 +27,16 @@ bash .ci/setup-vllm033-env.sh
 ruff check vllm_specdec_plugin tests benchmarks
 # The type checker (strict on the pure core; pyproject.toml [tool.mypy]).
 mypy
-python -m pytest -ra --durations=15 "$@"
+echo "test.sh: environments, lint and types in $(( $(date +%s) - start ))s"
+workers=${PYTEST_WORKERS:-2}
+parallel=()
+if [[ "$workers" != 1 ]]; then
+  parallel=(-n "$workers" --dist loadfile)
+fi
+marks=()
+if [[ $tier == fast ]]; then
+  # The unit tier (tests/unit, tests/deploy) and the contract tests (vLLM's own code, no model).
+  marks=(-m "not engine or contract")
+fi
+python -m pytest -ra --durations=15 "${parallel[@]}" "${marks[@]}" "$@"
+echo "test.sh: $tier tier done in $(( $(date +%s) - start ))s"

@@ -15,11 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 TESTS = Path(__file__).parent
 sys.path.insert(0, str(TESTS))
 
 from ci_rule import in_ci, pytest_runtest_makereport, unavailable  # noqa: E402, F401
+from support import examples, process_count  # noqa: E402
 from support.checkpoints import NGRAM_PROMPTS, build_tiny_llama  # noqa: E402
 
 from vllm_specdec_plugin.assembly import capabilities_for  # noqa: E402
@@ -31,6 +33,18 @@ from vllm_specdec_plugin.platforms.rbln import RBLN_METHODS  # noqa: E402
 ENGINE_TIMEOUT_S = 420
 # Env that could leak an opt-in or inputs from the developer's shell into a test.
 PLUGIN_ENV = (*settings.PLUGIN_ENV, "VLLM_PLUGINS")
+
+
+process_count.install()  # SPECDEC_COUNT_PROCESSES=FILE: vLLM processes per test file
+# Hypothesis: "ci" (the default: each test's own bounded count) or "deep"
+# (tests/support/examples.py)
+hypothesis_settings.register_profile("ci", print_blob=True)
+hypothesis_settings.register_profile("deep", print_blob=True, deadline=None)
+hypothesis_settings.load_profile(examples.PROFILE)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    process_count.write()
 
 
 def clean_env(extra: Mapping[str, str] | None = None, tmp: Path | None = None) -> dict[str, str]:

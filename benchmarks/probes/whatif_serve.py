@@ -28,6 +28,14 @@ from typing import Any
 from benchmarks.lib.engine_setup import start_llm
 from benchmarks.lib.results import RESULTS_DIR, command, vllm_version, write_json
 from benchmarks.lib.workloads import WORKLOADS, workload_token_ids
+from vllm_specdec_plugin.inputs.vllm_metrics import (
+    ACCEPTED,
+    ACCEPTED_PER_POSITION,
+    DRAFT_TOKENS,
+    DRAFTS,
+    SPEC_DECODE_PREFIX,
+    offline_name,
+)
 
 CONFIGS: dict[str, dict[str, Any]] = {
     "ngram": {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4},
@@ -41,9 +49,9 @@ def spec_counters(llm: Any) -> dict[str, Any]:
     totals: dict[str, float] = {}
     by_position: dict[int, float] = {}
     for metric in llm.get_metrics():
-        if not metric.name.startswith("vllm:spec_decode"):
+        if not metric.name.startswith(SPEC_DECODE_PREFIX):
             continue
-        if metric.name == "vllm:spec_decode_num_accepted_tokens_per_pos":
+        if metric.name == offline_name(ACCEPTED_PER_POSITION):
             for position, value in enumerate(getattr(metric, "values", [])):
                 by_position[position] = by_position.get(position, 0) + value
         elif hasattr(metric, "value"):
@@ -58,9 +66,9 @@ def delta(after: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
     old = before["accepted_by_position"]
     positions = [v - (old[i] if i < len(old) else 0)
                  for i, v in enumerate(after["accepted_by_position"])]
-    return {"num_drafts": totals.get("vllm:spec_decode_num_drafts"),
-            "num_draft_tokens": totals.get("vllm:spec_decode_num_draft_tokens"),
-            "num_accepted_tokens": totals.get("vllm:spec_decode_num_accepted_tokens"),
+    return {"num_drafts": totals.get(offline_name(DRAFTS)),
+            "num_draft_tokens": totals.get(offline_name(DRAFT_TOKENS)),
+            "num_accepted_tokens": totals.get(offline_name(ACCEPTED)),
             "accepted_by_position": positions}
 
 

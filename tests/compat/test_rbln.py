@@ -20,7 +20,8 @@ from vllm_specdec_plugin.inputs.presets import builtin_preset_table
 from vllm_specdec_plugin.platforms.rbln import RBLN_MAX_SPECULATIVE_TOKENS
 
 RBLN_PYTHON = sibling_venv_python("RBLN_VENV", ".venv-rbln")
-pytestmark = [pytest.mark.engine, needs_venv(RBLN_PYTHON, ".ci/setup-rbln-env.sh")]
+pytestmark = [pytest.mark.engine, pytest.mark.contract,
+              needs_venv(RBLN_PYTHON, ".ci/setup-rbln-env.sh")]
 OPT_IN = {"KAITO_ENABLE_SPECULATIVE_DECODING": "true"}
 CR = {"RBLN_FORCE_NPU_NAME": "RBLN-CR03"}
 ATOM = {"RBLN_FORCE_NPU_NAME": "RBLN-CA25"}

@@ -17,10 +17,16 @@ from pathlib import Path
 import pytest
 from conftest import TESTS, clean_env, needs_venv, sibling_venv_python
 from support.checkpoints import build_eagle3_draft, build_eagle_draft, build_mtp_target
-from support.controller_checks import check_contract, contract
+from support.controller_checks import (
+    caps_contract,
+    check_caps_contract,
+    check_contract,
+    contract,
+)
 
 VLLM033_PYTHON = sibling_venv_python("VLLM033_VENV", ".venv-vllm033")
-pytestmark = [pytest.mark.engine, needs_venv(VLLM033_PYTHON, ".ci/setup-vllm033-env.sh")]
+pytestmark = [pytest.mark.engine, pytest.mark.contract,
+              needs_venv(VLLM033_PYTHON, ".ci/setup-vllm033-env.sh")]
 OPT_IN = {"KAITO_ENABLE_SPECULATIVE_DECODING": "true"}
 V1 = {"VLLM_USE_V2_MODEL_RUNNER": "0"}
 NGRAM = {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4}
@@ -233,3 +239,9 @@ def test_schedule_controller_contract_on_vllm_033(tiny_llama, tmp_path):
     found = contract(str(VLLM033_PYTHON), str(tiny_llama), tmp_path)
     check_contract(found)
     assert found["mrv2_reads"] is True and found["mrv2_captures_dense_lookup"] is True
+
+
+def test_request_caps_contract_on_vllm_033(tiny_llama, tmp_path):
+    """vllm_xargs.num_speculative_tokens through vLLM 0.33's own InputProcessor, Scheduler
+    (synchronous drafts) and AsyncScheduler (placeholders, the EAGLE/MTP path)."""
+    check_caps_contract(caps_contract(str(VLLM033_PYTHON), str(tiny_llama), tmp_path))

@@ -33,6 +33,29 @@ def test_opt_in_runs_kaito_ngram_with_identical_tokens(tiny_llama, prompts, base
     assert "source=ngram-fallback" in result["log"]
 
 
+def test_each_request_drafts_at_most_what_it_asked_for(tiny_llama, prompts, baseline,
+                                                        tmp_path):
+    """Offline LLM(), one batch: SamplingParams(extra_args={"num_speculative_tokens": N}) per
+    request, and VLLM_SPECDEC_REQUEST_TOKENS=0 for the request without it (only requests that
+    ask speculate). Each verify step of each request drafted at most its cap (vLLM's own
+    per-request counters, detailed); the one left at the engine's k drafted more than 2 in a
+    step; greedy tokens equal the engine without the plugin."""
+    caps = [None, 0, 2, 9]  # no field (the server default: 0), off, capped, above the engine's k
+    sampling = [{"temperature": 0.0} if cap is None else
+                {"temperature": 0.0, "extra_args": {"num_speculative_tokens": cap}}
+                for cap in caps]
+    result = run_engine({"model": str(tiny_llama), "per_request_spec_decode_metrics": "detailed"},
+                        prompts, clean_env({**OPT_IN, "VLLM_SPECDEC_REQUEST_TOKENS": "0"},
+                                           tmp_path), sampling=sampling)
+    assert result["token_ids"] == baseline["token_ids"]
+    drafted = dict(zip(["default", "off", "two", "above"], result["drafted_per_step"],
+                       strict=True))
+    assert drafted["default"] == [] and drafted["off"] == [], drafted  # never verified a draft
+    assert drafted["two"] and max(drafted["two"]) == 2, drafted
+    assert max(drafted["above"]) > 2, drafted  # the engine's k (5) where the schedule gives it
+    assert result["draft_tokens"][:2] == [0, 0]
+
+
 def test_schedule_stops_drafting_at_saturation(tiny_llama, prompts, tmp_path):
     """12 requests decoding in lockstep (batch 12, above the schedule's 8): the fixed table
     (VLLM_SPECDEC_SCHEDULE=static, the schedule controller off) drafts nothing; the same batch

@@ -43,11 +43,14 @@ class Server:
         self.url = f"http://127.0.0.1:{self.port}"
         self.answers: list[dict] = []
 
-    def complete(self, prompt: str, max_tokens: int = 48) -> dict:
-        status, body = http("POST", f"{self.url}/v1/completions", {
-            "model": self.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0})
+    def complete(self, prompt: str, max_tokens: int = 48, **fields: object) -> dict:
+        status, body = self.post("completions", {"prompt": prompt, "max_tokens": max_tokens,
+                                                 "temperature": 0, **fields})
         assert status == 200, body
         return json.loads(body)
+
+    def post(self, endpoint: str, body: dict) -> tuple[int, str]:
+        return http("POST", f"{self.url}/v1/{endpoint}", {"model": self.model, **body})
 
     def metrics(self) -> str:
         status, text = http("GET", f"{self.url}/metrics")
@@ -152,6 +155,53 @@ class TestOptedIn:
         used = {name for query in queries for name in METRIC_IN_QUERY.findall(query)}
         assert GAUGE in used and "vllm:spec_decode_num_accepted_tokens_per_pos_total" in used
         assert used <= exported, f"not in vllm serve's /metrics: {sorted(used - exported)}"
+
+
+class TestRequestSpeculation:
+    """vllm_xargs.num_speculative_tokens on the same opted-in server (docs/operations.md,
+    per-request speculation): honoured per request on chat and completions, bad values refused
+    with a 400 naming the field, counted by label in /metrics."""
+
+    def test_zero_turns_speculation_off_for_that_request_only(self, opted_in: Server,
+                                                              prompts) -> None:
+        off = opted_in.complete(prompts[0], vllm_xargs={"num_speculative_tokens": 0})
+        capped = opted_in.complete(prompts[0], vllm_xargs={"num_speculative_tokens": 1})
+        on = opted_in.answers[0]
+        assert off["metrics"]["speculative_decoding"]["num_draft_tokens"] == 0
+        drafted = capped["metrics"]["speculative_decoding"]["num_draft_tokens"]
+        assert 0 < drafted <= capped["usage"]["completion_tokens"]  # at most 1 per step
+        assert on["metrics"]["speculative_decoding"]["num_draft_tokens"] > drafted
+        # greedy: the same tokens whatever the request allowed
+        assert off["choices"][0]["text"] == capped["choices"][0]["text"] \
+            == on["choices"][0]["text"]
+        status, body = opted_in.post("chat/completions", {
+            "messages": [{"role": "user", "content": prompts[0]}], "max_tokens": 24,
+            "temperature": 0, "vllm_xargs": {"num_speculative_tokens": 0}})
+        assert status == 200, body
+        assert json.loads(body)["metrics"]["speculative_decoding"]["num_draft_tokens"] == 0
+
+    @pytest.mark.parametrize("value", ["five", -1, 2.5, 2.0, [1], True, {"k": 1}, "2"])
+    @pytest.mark.parametrize("endpoint", ["completions", "chat/completions"])
+    def test_a_bad_value_is_a_400_naming_the_field(self, opted_in: Server, endpoint: str,
+                                                   value: object) -> None:
+        body = {"max_tokens": 4, "vllm_xargs": {"num_speculative_tokens": value}}
+        body.update({"prompt": "hi"} if endpoint == "completions"
+                    else {"messages": [{"role": "user", "content": "hi"}]})
+        status, text = opted_in.post(endpoint, body)
+        assert status == 400, text
+        message = json.loads(text)["error"]["message"]
+        assert f"vllm_xargs.num_speculative_tokens={value!r} is refused" in message, message
+        assert "expected a whole number >= 0" in message
+        assert opted_in.proc.poll() is None  # the engine goes on serving
+
+    def test_requests_are_counted_by_how_they_speculate(self, opted_in: Server,
+                                                        prompts) -> None:
+        opted_in.complete(prompts[1], max_tokens=4, vllm_xargs={"num_speculative_tokens": 0})
+        opted_in.complete(prompts[1], max_tokens=4, vllm_xargs={"num_speculative_tokens": 2})
+        counts = {s.labels["speculation"]: s.value for s in parse_metrics(opted_in.metrics())
+                  if s.name == "vllm_specdec_requests_total"}
+        assert counts.get("off", 0) >= 1 and counts.get("capped", 0) >= 1, counts
+        assert counts.get("on", 0) >= len(prompts), counts
 
 
 class TestNotOptedIn:

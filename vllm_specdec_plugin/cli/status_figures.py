@@ -11,6 +11,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from vllm_specdec_plugin.core.request_tokens import SPECULATION_LABELS
 from vllm_specdec_plugin.core.step_cost import STEP_COST_DEFAULTS
 from vllm_specdec_plugin.core.types import METHOD_NONE, SOURCE_PREFILL_ONLY
 from vllm_specdec_plugin.inputs.vllm_metrics import (
@@ -49,12 +50,15 @@ class Status:
     {"batch_bucket", "k" (in force), "gains": {k: {"ratio", "low", "high", "pairs"}}}."""
     step_costs: dict[str, Any] | None = None
     """The controller's learned step costs (None: none in /metrics), `step_costs_of`'s form."""
+    requests: dict[str, int] | None = None
+    """Requests admitted by how they speculate ({"on", "off", "capped"}: counts;
+    `vllm_xargs.num_speculative_tokens`), None where the server exports no such counter."""
 
     def to_json(self, indent: int | None = 2) -> str:
         data = asdict(self)
         if self.window_s is None:
             del data["window_s"], data["output_tokens_per_s"]
-        for key in ("schedule", "step_costs"):
+        for key in ("schedule", "step_costs", "requests"):
             if data[key] is None:
                 del data[key]
         return json.dumps(data, indent=indent)
@@ -98,8 +102,12 @@ def step_costs_of(counters: Counters) -> dict[str, Any] | None:
 
 def status_of(counters: Counters, window_s: float | None = None) -> Status:
     """Figures and verdict for cumulative counters, or for a window of `window_s` seconds."""
+    requests: dict[str, int] | None = None
+    if counters.requests:
+        requests = {label: round(count) for label, count in zip(
+            SPECULATION_LABELS, counters.requests, strict=True)}
     return replace(_status_of(counters, window_s), schedule=schedule_of(counters),
-                   step_costs=step_costs_of(counters))
+                   step_costs=step_costs_of(counters), requests=requests)
 
 
 def _status_of(counters: Counters, window_s: float | None) -> Status:
@@ -168,6 +176,9 @@ def window(new: Counters, old: Counters) -> Counters:
         accepted_tokens=new.accepted_tokens - old.accepted_tokens,
         per_position=tuple(a - b for a, b in zip(new.per_position, old_positions, strict=True)),
         generation_tokens=new.generation_tokens - old.generation_tokens,
+        requests=tuple(max(a - b, 0.0) for a, b in zip(new.requests, old.requests,
+                                                      strict=True))
+        if len(new.requests) == len(old.requests) else new.requests,
     )
 
 

@@ -29,6 +29,8 @@ def render_text(status: Status) -> str:
             ("per-position acceptance", " ".join(f"{p:.2f}" for p in status.per_position or [])
              or "-"),
         ]
+    if status.requests:
+        rows.append(("requests", requests_line(status.requests)))
     rows += [("schedule", line) for line in schedule_lines(status.schedule or [])]
     if status.step_costs:
         rows.append(("step costs", step_costs_line(status.step_costs)))
@@ -48,6 +50,15 @@ def describe_decision(decision: Mapping[str, str] | None) -> str:
     details += [f"{key} {decision[key]}" for key in ("preset", "platform", "schedule")
                 if decision.get(key)]
     return f"{head} ({', '.join(details)})"
+
+
+def requests_line(requests: Mapping[str, int]) -> str:
+    """"40 (on 75%, off 20%, capped 5%: vllm_xargs.num_speculative_tokens)"."""
+    total = sum(requests.values())
+    if not total:
+        return "0"
+    shares = ", ".join(f"{label} {count / total:.0%}" for label, count in requests.items())
+    return f"{total} ({shares}: vllm_xargs.num_speculative_tokens)"
 
 
 def _number(value: float | None, pattern: str) -> str:

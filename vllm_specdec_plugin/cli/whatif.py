@@ -2,10 +2,14 @@
 
     vllm-specdec whatif --model DIR --traffic FILE [--method ngram|suffix|adaptive ...]
         [--k N ...] [--prompt-lookup-min N] [--prompt-lookup-max N] [--costs FILE]
-        [--platform cpu|cuda|rbln] [--gpu NAME] [--json] [--plot FILE.png]
+        [--platform cpu|cuda|rbln] [--gpu NAME] [--batches B,...] [--max-requests N]
+        [--max-model-len N] [--json] [--plot FILE.png]
 
 The flags and exit statuses; the stages are `whatif/run.py`'s, the outputs `whatif/render.py`'s.
-Exit 0 with a report, 2 on bad input (one line on stderr naming the input and the fix).
+Exit 0 with a report, 2 on bad input (one line on stderr naming the input and the fix; the
+flags' own errors too, not argparse's usage block). Every number is bounded (`core/limits.py`)
+and every cheap input (the flags, `--plot`, `--costs`, the platform's row, the traffic path,
+the checkpoint) is checked before the traffic is read.
 Defaults: the plugin's own fallbacks as it would inject them (`core/methods.FALLBACKS`: ngram
 k=5 with KAITO's prompt_lookup_max 4, suffix with vLLM's defaults, adaptive with its cap 16);
 `--k` replaces each method's k (several `--k` replay each).
@@ -17,42 +21,61 @@ import argparse
 import importlib.util
 import sys
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
 
-from vllm_specdec_plugin.core.errors import EXIT_INVALID, SpecDecodeConfigError
+from vllm_specdec_plugin.core.errors import EXIT_INVALID, SpecDecodeConfigError, quote_value
+from vllm_specdec_plugin.core.limits import (
+    MAX_BATCH_SIZE,
+    MAX_BATCH_SIZES,
+    MAX_MODEL_LEN,
+    MAX_NGRAM_LOOKUP,
+    MAX_SPEC_TOKENS,
+    MAX_TRAFFIC_REQUESTS,
+    ascii_decimal,
+)
 from vllm_specdec_plugin.core.methods import FALLBACKS
 from vllm_specdec_plugin.whatif.types import METHODS, MethodConfig
 
 EXIT_OK = 0
-MAX_K = 64
-"""The largest --k replayed (vLLM's samplers verify at most 32 on RBLN, 64 is generous)."""
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if not 1 <= value <= MAX_K:
-        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {MAX_K}, got "
-                                         f"{text[:40]!r}")
-    return value
+def _count(low: int, high: int) -> Callable[[str], int]:
+    """A flag's whole number from `low` to `high` (ASCII digits only: no "1e3", "10**12",
+    "1_000" or other scripts' digits), else argparse's one-line error."""
+    def parse(text: str) -> int:
+        value = ascii_decimal(text, max_digits=len(str(high)))
+        if value is None or not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be a whole number from {low} to {high}, "
+                                             f"got {quote_value(text, 40)}")
+        return value
+
+    return parse
 
 
 def _batches(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(sorted({int(part) for part in text.split(",") if part.strip()}))
-    except ValueError:
-        values = ()
-    if not values or values[0] < 1 or values[-1] > 4096 or len(values) > 32:
+    parts = [ascii_decimal(part, max_digits=len(str(MAX_BATCH_SIZE)))
+             for part in text.split(",") if part.strip()]
+    values = tuple(sorted({v for v in parts if v is not None}))
+    if not values or None in parts or values[0] < 1 or values[-1] > MAX_BATCH_SIZE \
+            or len(values) > MAX_BATCH_SIZES:
         raise argparse.ArgumentTypeError(
-            f"must be up to 32 comma-separated batch sizes from 1 to 4096, got {text[:40]!r}")
+            f"must be up to {MAX_BATCH_SIZES} comma-separated batch sizes from 1 to "
+            f"{MAX_BATCH_SIZE}, got {quote_value(text, 40)}")
     return values
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's errors as one line naming the flag and the fix (not its usage block)."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: {' '.join(message.split())}; see {self.prog} --help",
+              file=sys.stderr)
+        raise SystemExit(EXIT_INVALID)
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="vllm-specdec whatif",
         description="Replay logged requests through the draft-free speculative methods vLLM "
                     "runs (exact under greedy decoding) and predict the speedup per batch "
@@ -61,25 +84,29 @@ def parser() -> argparse.ArgumentParser:
                    help="local checkpoint directory (its tokenizer and chat template are used)")
     p.add_argument("--traffic", required=True, metavar="FILE",
                    help="JSONL ({prompt|messages, completion} or {request, response} per line) "
-                        "or ShareGPT JSON")
+                        "or ShareGPT JSON (a regular file)")
     p.add_argument("--method", action="append", choices=METHODS,
                    help="replay this method (repeatable; default: all three)")
-    p.add_argument("--k", action="append", type=_positive, metavar="N",
-                   help="num_speculative_tokens (repeatable; default: each method's own)")
-    p.add_argument("--prompt-lookup-min", type=_positive, metavar="N", help="ngram")
-    p.add_argument("--prompt-lookup-max", type=_positive, metavar="N", help="ngram")
+    p.add_argument("--k", action="append", type=_count(1, MAX_SPEC_TOKENS), metavar="N",
+                   help=f"num_speculative_tokens, 1 to {MAX_SPEC_TOKENS} (repeatable; default: "
+                        "each method's own)")
+    for flag in ("--prompt-lookup-min", "--prompt-lookup-max"):
+        p.add_argument(flag, type=_count(1, MAX_NGRAM_LOOKUP), metavar="N",
+                       help=f"ngram, 1 to {MAX_NGRAM_LOOKUP}")
     p.add_argument("--costs", metavar="FILE",
                    help="step costs from `vllm-specdec status --json` of a running engine")
     p.add_argument("--platform", choices=("cpu", "cuda", "rbln"),
                    help="the prior's platform (default: cuda with --gpu, else cpu)")
     p.add_argument("--gpu", metavar="NAME", help="hardware table row, e.g. H100-SXM")
     p.add_argument("--batches", type=_batches, metavar="B,B,...",
-                   help="batch sizes to predict (default 1,2,4,...,128)")
-    p.add_argument("--max-requests", type=int, metavar="N", help="replay the first N requests")
-    p.add_argument("--max-model-len", type=int, metavar="N",
-                   help="context length (default: the checkpoint's)")
+                   help=f"batch sizes to predict, 1 to {MAX_BATCH_SIZE} (default 1,2,4,...,128)")
+    p.add_argument("--max-requests", type=_count(1, MAX_TRAFFIC_REQUESTS), metavar="N",
+                   help=f"replay the first N requests (at most {MAX_TRAFFIC_REQUESTS})")
+    p.add_argument("--max-model-len", type=_count(2, MAX_MODEL_LEN), metavar="N",
+                   help=f"context length, 2 to {MAX_MODEL_LEN} (default: the checkpoint's)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--plot", metavar="FILE.png", help="write the speedup plot here")
+    p.add_argument("--plot", metavar="FILE.png",
+                   help="write the speedup plot here (.png, .svg, .pdf; needs matplotlib)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     return p
 
@@ -104,7 +131,10 @@ def configs_of(args: argparse.Namespace) -> tuple[MethodConfig, ...]:
 
 
 def main(argv: Sequence[str]) -> int:
-    args = parser().parse_args(argv)
+    try:
+        args = parser().parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a flag's one-line error (2)
+        return exc.code if isinstance(exc.code, int) else EXIT_INVALID
     from vllm_specdec_plugin.whatif.run import DEFAULT_BATCHES, WhatifOptions, run_whatif
 
     if (args.prompt_lookup_min or args.prompt_lookup_max) and args.method \
@@ -115,17 +145,16 @@ def main(argv: Sequence[str]) -> int:
             and args.prompt_lookup_min > args.prompt_lookup_max:
         return _fail(f"--prompt-lookup-min {args.prompt_lookup_min} is above "
                      f"--prompt-lookup-max {args.prompt_lookup_max}; lower the first")
-    for flag, value in (("--max-requests", args.max_requests),
-                        ("--max-model-len", args.max_model_len)):
-        if value is not None and value < 1:
-            return _fail(f"{flag} {value}: give a positive number")
-    platform = args.platform or ("cuda" if args.gpu else "cpu")
-    if args.gpu and platform != "cuda":
-        return _fail(f"--gpu {args.gpu} with --platform {platform}: --gpu names a GPU row; "
+    if args.gpu and args.platform not in (None, "cuda"):
+        return _fail(f"--gpu {args.gpu} with --platform {args.platform}: --gpu names a GPU row; "
                      "use --platform cuda or drop --gpu")
+    from vllm_specdec_plugin.whatif import render
+
+    if args.plot is not None and (problem := render.plot_problem(args.plot)):
+        return _fail(problem)
     options = WhatifOptions(
         model=args.model, traffic=args.traffic, configs=configs_of(args), costs=args.costs,
-        platform=platform, gpu=args.gpu, batches=args.batches or DEFAULT_BATCHES,
+        platform=args.platform, gpu=args.gpu, batches=args.batches or DEFAULT_BATCHES,
         max_requests=args.max_requests, max_model_len=args.max_model_len)
     progress = None if args.no_progress or not sys.stderr.isatty() else ProgressBar()
     try:
@@ -137,15 +166,13 @@ def main(argv: Sequence[str]) -> int:
     finally:
         if progress is not None:
             progress.close()
-    from vllm_specdec_plugin.whatif import render
-
-    if args.plot:
+    print(render.dumps(report) if args.json else render.render_table(report), flush=True)
+    if args.plot:  # checked up front; the report is out before the image is drawn
         try:
             render.plot(report, args.plot)
-        except (OSError, ImportError) as exc:
+        except (OSError, ImportError, ValueError) as exc:
             return _fail(f"--plot {args.plot}: cannot write it ({type(exc).__name__}: "
-                         f"{str(exc)[:120]}); give a writable .png path (matplotlib needed)")
-    print(render.dumps(report) if args.json else render.render_table(report), flush=True)
+                         f"{str(exc)[:120]}); the report above is complete")
     return EXIT_OK
 
 

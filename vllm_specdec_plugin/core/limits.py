@@ -153,3 +153,35 @@ in a log: the longest context windows served (1M tokens)."""
 MAX_TRAFFIC_TOKENS = 1 << 28
 """Tokens of all replayed requests together (1 GiB as int32): tokenizing stops there and
 says so, so memory stays bounded whatever the file holds."""
+MAX_LINE_RENDERED_MESSAGES = 1 << 17
+"""Messages the chat template renders for one line's requests together: each turn of a
+conversation is rendered with its whole history (as vLLM's server renders it), so a line of m
+messages renders about m**2 / 4; 131,072 keeps every turn of a 724-message conversation (about
+3 s with a two-pass template like Qwen3's here). Later turns are skipped and counted."""
+MAX_LINE_RENDERED_CHARS = 1 << 28
+"""Characters of history the chat template renders for one line's requests together (256 Mi,
+about 0.3 s of rendering here), checked before rendering; later turns are skipped."""
+MAX_LINE_TOKENIZED_CHARS = 2 * MAX_TRAFFIC_TEXT_CHARS
+"""Characters one line's chat requests tokenize from scratch: a conversation's longest
+history once, then each turn's tail after the last special token it shares with it. A chat
+template that does not render earlier turns as a prefix of later ones re-tokenizes histories
+and stops here (later turns skipped and counted); a prefix-rendering template never does."""
+
+# --- vllm-specdec whatif: flags and step costs ------------------------------------------------
+MAX_SPEC_TOKENS = 64
+"""`--k`: the largest k replayed (the adaptive proposer's default is 16, vLLM's suffix 24)."""
+MAX_NGRAM_LOOKUP = 1024
+"""`--prompt-lookup-min/max`: vLLM's matcher allocates prompt_lookup_max ints every step."""
+MAX_BATCH_SIZE, MAX_BATCH_SIZES = 4096, 32
+"""`--batches`: at most 32 batch sizes, each from 1 to 4096."""
+MAX_MODEL_LEN = 1 << 24
+"""`--max-model-len`, and a checkpoint's context length (16 Mi tokens: above the longest
+context windows served, 10 M); the replay's token row is held at most this long."""
+MAX_STEP_SECONDS = 600.0
+"""A decode step's cost in `--costs` (no_draft_s, switch_s, per_token_s): ten minutes is past
+any engine; a figure above it is not a step cost."""
+MIN_STEP_SECONDS = 1e-6
+"""The shortest no-draft step a `--costs` file may claim (a microsecond: no engine steps faster)."""
+MAX_FIXED_TOKENS = 1e6
+"""`fixed_tokens` in `--costs`: a step's fixed cost in verified tokens' worth (about 16 on the
+CPU engine, hundreds on a GPU at small batch)."""

@@ -1,31 +1,38 @@
 """The online schedule controller: which k each batch-size bucket drafts, learned from its steps.
 
-Pure Python, no vLLM, no I/O; `engine/changes/core_sched_scheduler.py` feeds it one sample per
-decode step and writes what it answers into vLLM's `Scheduler.dynamic_sd_lookup`.
+Pure Python, no I/O; `engine/changes/core_sched_scheduler.py` feeds it one sample per decode step
+and writes what it answers into vLLM's `Scheduler.dynamic_sd_lookup`. Adjacent steps of one
+engine share the host's state, so blocks at one k interleaved with blocks at another, at the same
+batch size, are a paired comparison at millisecond grain (two engines differ by 5-10%).
 
-Why inside the engine: adjacent decode steps of one engine share the host's state (clock speed,
-cache, neighbours), so blocks of steps at one k interleaved with blocks at another, at the same
-batch size, are a paired comparison at millisecond grain; two engines or two bursts of one
-engine differ by 5-10% on a shared host. And the engine that measures is the user's own, on
-their hardware and traffic, so the answer is theirs rather than a table from someone else's.
+Per batch-size bucket (1, 2-3, 4-7, ...) the lookup holds one k for a block of steps: mostly the
+incumbent (the fixed table's value is the prior), now and then another k of the schedule's own
+set between two incumbent blocks. Its rate over the pooled rate of both neighbours is one paired
+ratio (`core/arm_stats.py` keeps them per arm). A k replaces the incumbent only when the one-sided
+bound of its mean log ratio clears `margin` (`ControllerParams.alpha`: the error rate), and is
+explored less and less often once its upper bound is below -margin. Every arm's evidence
+restarts at a switch, one arm's when its CUSUM says the traffic changed.
 
-How: per batch-size bucket (1, 2-3, 4-7, ...: `core/step_cost.bucket`) the lookup holds one k
-for a block of `block_steps` measured steps. Most blocks run the incumbent k (the fixed table's
-value is the prior); now and then one block runs another k of the schedule's own k set (only
-values the configured schedule names: on CUDA those are the k values vLLM captured graphs for),
-sandwiched between incumbent blocks. Each such exploration block's output tokens per second,
-divided by the mean of its two neighbouring incumbent blocks', is one paired ratio; per arm the
-controller keeps a decayed mean of log ratios against the incumbent. An arm whose mean beats
-the incumbent by `margin` over at least `min_pairs` pairs becomes the incumbent (hysteresis: the
-old incumbent must then win by the margin to come back). An arm found clearly worse is explored
-half as often each time (`explore_every` doubling up to `explore_every_max`), so the cost of
-looking stays bounded where drafting loses, and a change of traffic is still seen.
+A block's rate: inside a bucket the batch varies, and tokens/s with it whatever k runs. The rate
+is yield per row (tokens / batch, summed over steps) over time in incumbent-step equivalents
+(seconds over `BatchShape`, the incumbent's step time at that batch, fitted online). Where a step
+is flat in the batch (a GPU at small batch) that is tokens per row-second, where proportional
+(compute-bound) tokens/s; either fixed choice is off by the batch ratio in the other case
+(identical arms across batch jumps in 16-31: a pair spreads 9-10% so, 1-2% with the fit).
+Blocks are of equal time, not steps (`block_steps` incumbent steps' worth), and the neighbours
+are pooled by time, so a slow-stepping k is not given more of the text (a copying passage) than
+the k it is compared with. A block holding a stall is dropped, with its pair.
 
-A step is measured only when it is settled: decode only (no prefill chunk in it) and scheduled
-at the same k as the step before it, since a step verifies the drafts proposed at the end of the
-previous step (a block's first step verifies the previous block's k). Its time is the engine's
-own, from `schedule()` to the end of `update_from_output()`: idle gaps between steps never
-count.
+A step is measured only when settled: decode only, at the same k as the step before (a step
+verifies the previous step's drafts); its time runs from `schedule()` to the end of
+`update_from_output()`, so idle gaps never count. A bucket not visited for `STALE_STEPS` engine
+steps drops its block in progress and goes back to its incumbent k.
+
+Adaptation time (steps from a change of traffic until the bucket leaves the k it made worse, 20
+seeds; tests/unit/core/test_schedule_control_noise.py, docs/schedule-controller.md): batch 32,
++-30%, median 430-510, at most 790; batch 1 (a pair spreads +-0.4), median 780 / at most 1800
+when k=5 starts winning by 40%, 2200 / 4100 when k=0 then wins by 10%. Learning a 10% edge
+from the prior at batch 1: median 1300-3700, 90% within 7000 steps.
 """
 
 from __future__ import annotations
@@ -35,12 +42,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from vllm_specdec_plugin.core.step_cost import StepCostTable, bucket_bounds
+from vllm_specdec_plugin.core.arm_stats import CUSUM_H, ArmEstimate, BatchShape, relative_gain
+from vllm_specdec_plugin.core.step_cost import StepCostTable, bucket_bounds, captured_ks
 
-LOG_EPS = 1e-12
-# Steps of the engine (any bucket) after which a bucket's block in progress is stale.
-STALE_STEPS = 64
-HISTORY_MAX = 64
+LOG_EPS, HISTORY_MAX = 1e-12, 64
+STALE_STEPS = 64  # engine steps (any bucket) after which a bucket is stale
+RISE = 1.02  # per step, the most a step-time envelope rises: a lasting slowdown in ~50 steps
 
 
 class Step(NamedTuple):
@@ -65,72 +72,53 @@ class ControllerParams:
     """The controller's tunables."""
 
     block_steps: int = 6
-    """Measured (settled) decode steps per block; the feasibility run paired blocks of 6 steps
-    to about ±0.5% at batch 32 in 34 s on this project's 2-core host."""
+    """A block lasts this many incumbent steps' time (by steps while that is unknown)."""
     margin: float = 0.02
-    """A challenger replaces the incumbent only when its tokens/s beats the incumbent's by this
-    share (log scale); also the line below which an explored arm counts as clearly worse."""
-    min_pairs: int = 3
-    """Paired blocks an arm needs before it can replace the incumbent."""
-    decay: float = 0.8
-    """Weight of an arm's older paired ratios per new one (memory of ~5 pairs: recent traffic
-    decides)."""
+    """A k replaces the incumbent only when it beats it by this share of tokens/s (log scale),
+    and is clearly worse only below -margin, each with confidence `alpha`."""
+    alpha: float = 0.005
+    """One-sided error rate per decision: a switch needs mean - t(1 - alpha, n_eff - 1) * sd /
+    sqrt(n_eff) above `margin`, so at any one look an arm whose true gain is at most `margin`
+    passes with probability at most alpha, one with no gain far less; a back-off needs the upper
+    bound below -margin. Looks come after every pair and overlap by the arm's memory, so the
+    rate over time is what counts: between arms of equal throughput at batch 1 (the noisiest
+    case, a look every ~30 steps) no switch in 2e6 steps (40 seeds), 2 in 1.4e6 on an engine
+    whose drafts cost more; at batch 32 none in 6e5. Such a switch costs at most the margin."""
+    min_pairs: int = 4
+    """Pairs an arm needs since its last reset before either decision."""
+    decay: float = 0.99
+    """Weight of an arm's older pairs per new one: n_eff up to (1 + decay) / (1 - decay) = 199,
+    enough to resolve 10% at batch 1; a change of traffic is the CUSUM's (`arm_stats`)."""
     explore_every: int = 2
     """Incumbent blocks between two exploration blocks at first (per bucket; the arms take
     turns), so a new bucket learns within tens of steps."""
     explore_every_max: int = 96
-    """The most incumbent blocks between explorations of one clearly worse arm: at 6 steps a
-    block, about 1 step in 100 spent on each losing arm (an arm that costs 40% then costs 0.4%
-    of the bucket's throughput), and a change of traffic is noticed within ~600 steps of the
-    bucket (seconds at small batch sizes, tens of seconds at large ones)."""
+    """The most incumbent blocks between explorations of one clearly worse arm: about 1 step in
+    100 on each losing arm (one that costs 40% then costs 0.4% of the throughput)."""
+    outlier: float = 5.0
+    """A block holding a step slower than this many times its arm's step-time envelope (a low
+    running quantile) is dropped, with its pair. A stall is 10-100x a GPU step; 3x dropped most
+    blocks of a tiny model's ms steps on a loaded 2-core host (18 of 400 steps kept)."""
 
 
 CONTROLLER_DEFAULTS = ControllerParams()
 
 
-@dataclass
-class ArmEstimate:
-    """What the controller knows of one k in one bucket, against the bucket's incumbent."""
-
-    log_gain: float = 0.0
-    """Decayed mean of log(tokens/s of this k / tokens/s of the incumbent), from paired blocks."""
-    log_sq: float = 0.0
-    """Decayed mean of the squared log ratio (for the interval)."""
-    weight: float = 0.0
-    """Decayed count of the pairs behind the two means."""
-    pairs: int = 0
-    """Paired blocks seen (not decayed)."""
-    gap: int = 0
-    """Incumbent blocks between this arm's explorations, now."""
-    wait: int = 0
-    """Incumbent blocks left before this arm is explored again."""
-
-    def add(self, log_ratio: float, decay: float) -> None:
-        self.weight = self.weight * decay + 1.0
-        share = 1.0 / self.weight
-        self.log_gain += share * (log_ratio - self.log_gain)
-        self.log_sq += share * (log_ratio * log_ratio - self.log_sq)
-        self.pairs += 1
-
-    def half_width(self) -> float:
-        """90% half-width of `log_gain` (normal; inf before two pairs)."""
-        if self.pairs < 2 or self.weight <= 1.0:
-            return math.inf
-        var = max(self.log_sq - self.log_gain * self.log_gain, 0.0)
-        return 1.645 * math.sqrt(var / self.weight)
-
-
 class _Block:
-    """The block of steps in progress in one bucket: its k, and sums over its settled steps of
-    tokens, seconds, requests (for its mean batch size) and drafted tokens. Slots: it is
-    updated on every step."""
+    """The block in progress in one bucket: its k, sums over its settled steps, its arm's
+    step-time envelope, a stall seen, when it ends. Slots: it is updated on every step."""
 
-    __slots__ = ("arm", "steps", "tokens", "seconds", "rows", "drafted")
+    __slots__ = ("arm", "steps", "yields", "time", "rows", "seconds", "drafted", "low",
+                 "stalled", "target", "cap")
 
-    def __init__(self, arm: int) -> None:
-        self.arm = arm
+    def __init__(self, arm: int, low: float, target: float, cap: int) -> None:
+        self.arm, self.low, self.target, self.cap = arm, low, target, cap
         self.steps = self.rows = self.drafted = 0
-        self.tokens = self.seconds = 0.0
+        self.yields = self.time = self.seconds = 0.0
+        self.stalled = False
+
+
+Measure = tuple[float, float, float]  # a closed block: sum of yield per row, time, row-steps
 
 
 @dataclass
@@ -142,28 +130,31 @@ class BucketState:
     incumbent: int
     arms: dict[int, ArmEstimate]
     block: _Block
-    last_incumbent_rate: float | None = None
-    pending: tuple[int, float, float] | None = None
-    """An exploration block waiting for the incumbent block after it: (k, its rate, the rate of
-    the incumbent block before it)."""
+    shape: BatchShape
+    last_incumbent: Measure | None = None
+    pending: tuple[int, Measure, Measure] | None = None
+    """An exploration block waiting for its next neighbour: (k, it, the neighbour before)."""
+    step_time: float = 0.0
+    """The incumbent's mean step time in incumbent-step equivalents (0: not measured yet)."""
     last_seen: int = 0
     switches: int = 0
     steps: int = 0
     explore_steps: int = 0
     turn: list[int] = field(default_factory=list)
     history: list[tuple[int, int]] = field(default_factory=list)
-    """(the bucket's measured steps at the switch, the new incumbent), the first
-    `HISTORY_MAX` switches."""
+    """(the bucket's measured steps then, the new incumbent) per switch, `HISTORY_MAX` first."""
 
 
 class ScheduleController:
     """Per-bucket k from paired blocks of the engine's own steps; see the module docstring."""
 
     def __init__(self, prior: Sequence[int], k_set: Sequence[int],
-                 params: ControllerParams = CONTROLLER_DEFAULTS) -> None:
+                 params: ControllerParams = CONTROLLER_DEFAULTS,
+                 max_graph_tokens: int | None = None) -> None:
         """`prior`: vLLM's lookup as built from the configured schedule (index = batch size);
-        `k_set`: the k values the schedule names (0 included when it names 0)."""
-        self.params = params
+        `k_set`: the k values the schedule names (0 included when it names 0);
+        `max_graph_tokens`: the largest captured decode graph (`step_cost.captured_ks`)."""
+        self.params, self.max_graph_tokens = params, max_graph_tokens
         self.prior = list(prior)
         self.k_set = tuple(sorted({int(k) for k in k_set}))
         if not self.k_set:
@@ -185,12 +176,20 @@ class ScheduleController:
     def state(self, key: int) -> BucketState:
         found = self.buckets.get(key)
         if found is None:
-            k = self.prior_k(key)
-            arms = {v: ArmEstimate(gap=self.params.explore_every, wait=self.params.explore_every)
-                    for v in self.k_set}
-            found = self.buckets[key] = BucketState(key, k, k, arms, _Block(k),
-                                                    turn=[v for v in self.k_set if v != k])
+            k, every, (low, high) = self.prior_k(key), self.params.explore_every, bucket_bounds(key)
+            ks = captured_ks(self.k_set, high, self.max_graph_tokens, k)
+            arms = {v: ArmEstimate(gap=every, wait=every) for v in ks}
+            found = self.buckets[key] = BucketState(
+                key, k, k, arms, _Block(k, math.inf, 0.0, 0), BatchShape(low),
+                turn=[v for v in ks if v != k])
+            found.block = self._new_block(found, k)
         return found
+
+    def _new_block(self, state: BucketState, arm: int) -> _Block:
+        steps = self.params.block_steps
+        if state.step_time <= 0.0:  # the incumbent's step time is not known yet: by steps
+            return _Block(arm, state.arms[arm].low, math.inf, steps)
+        return _Block(arm, state.arms[arm].low, steps * state.step_time, 4 * steps)
 
     def k_for(self, key: int) -> int:
         """The k the lookup should hold for bucket `key` now."""
@@ -205,100 +204,131 @@ class ScheduleController:
     def observe(self, step: Step) -> tuple[int, int] | None:
         """One decode step. Returns (bucket, k) when the bucket's lookup must change, else
         None. Only a settled step (clean, at the same k as the step before, at the block's k)
-        is measured. Runs on every engine step: kept to a few attribute reads and additions."""
+        is measured. Runs on every engine step: O(1), a few attribute reads and additions."""
         batch, k, seconds, tokens, drafted, clean = step
         settled = clean and k == self._previous_k
         self._previous_k = k if clean else -1
         self.step_index += 1
-        if not settled or seconds <= 0.0 or batch < 1:
+        if batch < 1:
             return None
-        state = self.buckets.get(batch.bit_length()) or self.state(batch.bit_length())
+        state = self.buckets.get(batch.bit_length())
+        if state is None:
+            if not settled:
+                return None
+            state = self.state(batch.bit_length())
         if self.step_index - state.last_seen > STALE_STEPS:
-            # The batch was elsewhere for a while: the host may have changed meanwhile, so the
-            # block in progress and an unpaired exploration start over.
-            state.block = _Block(state.block.arm)
-            state.pending = None
-            state.last_incumbent_rate = None
+            # The batch was elsewhere a while (the host may have changed meanwhile): the block
+            # in progress and an unpaired exploration are dropped, back to the incumbent.
+            state.block = self._new_block(state, state.incumbent)
+            state.pending = state.last_incumbent = None
         state.last_seen = self.step_index
         block = state.block
         if k != block.arm:
             # The lookup does not hold the block's k (a new bucket still on the table's value
-            # for this batch size): write it.
+            # for this batch size, a stale one on its exploration k): write it.
             return (state.key, block.arm)
+        if not settled or seconds <= 0.0:
+            return None
+        shape = state.shape
+        time = seconds / (shape.c0 + shape.c1 * batch)
         block.steps += 1
-        block.tokens += tokens
-        block.seconds += seconds
+        block.yields += tokens / batch
+        block.time += time
         block.rows += batch
+        block.seconds += seconds
         block.drafted += drafted
-        if block.steps < self.params.block_steps:
+        low = block.low
+        if time < low:
+            block.low = time
+        else:
+            block.low = low * RISE
+            if time > self.params.outlier * low:
+                block.stalled = True
+        if block.time < block.target and block.steps < block.cap:
             return None
         return self._close_block(state)
 
     def _close_block(self, state: BucketState) -> tuple[int, int] | None:
-        block = state.block
-        rate = block.tokens / block.seconds
-        state.steps += block.steps
-        if block.arm != state.incumbent:
-            state.explore_steps += block.steps
+        block, n = state.block, state.block.steps
+        estimate = state.arms[block.arm]
+        estimate.low = block.low
+        if block.stalled:
+            # A stall is no evidence about k: the block and the pair it belongs to are dropped.
+            state.pending = state.last_incumbent = None
+            state.block = self._new_block(state, state.incumbent)
+            return (state.key, state.incumbent) if block.arm != state.incumbent else None
+        state.steps += n
         # The shared cost model learns from the block's mean step (once a block, not a step).
-        n = block.steps
         self.costs.observe(round(block.rows / n), round(block.drafted / n), block.seconds / n)
+        estimate.count_block(block.yields, n, block.rows)
+        measure = (block.yields, block.time, float(block.rows))
         if block.arm == state.incumbent:
+            time = block.time / n
+            state.step_time = time if state.step_time <= 0.0 else (
+                state.step_time + 0.2 * (time - state.step_time))
+            state.shape.add(block.rows / n, block.seconds / n)
             if state.pending is not None:
-                arm, arm_rate, before = state.pending
-                self._paired(state, arm, math.log(max(arm_rate, LOG_EPS) * 2.0
-                                                  / max(before + rate, LOG_EPS)))
+                self._paired(state, state.pending, measure)
                 state.pending = None
-            state.last_incumbent_rate = rate
-            for estimate in state.arms.values():
-                estimate.wait -= 1
-        elif state.last_incumbent_rate is not None:
-            state.pending = (block.arm, rate, state.last_incumbent_rate)
-        arm = self._next_arm(state)
-        state.block = _Block(arm)
-        return (state.key, arm) if arm != block.arm else None
+            state.last_incumbent = measure if block.arm == state.incumbent else None
+            for arm in state.arms.values():
+                arm.wait -= 1
+        else:
+            state.explore_steps += n
+            if state.last_incumbent is not None:
+                state.pending = (block.arm, measure, state.last_incumbent)
+        k = self._next_arm(state)
+        state.block = self._new_block(state, k)
+        return (state.key, k) if k != block.arm else None
 
-    def _paired(self, state: BucketState, arm: int, log_ratio: float) -> None:
+    def _paired(self, state: BucketState, pending: tuple[int, Measure, Measure],
+                after: Measure) -> None:
+        """One pair: the exploration block's rate over its two neighbours' pooled rate."""
+        arm, (ye, te, re), (yb, tb, rb) = pending
+        ya, ta, ra = after
+        log_ratio = math.log(max(ye * (tb + ta), LOG_EPS) / max(te * (yb + ya), LOG_EPS))
+        floor = state.arms[arm].floor(arm, re) + state.arms[state.incumbent].floor(
+            state.incumbent, rb + ra)
         p = self.params
         estimate = state.arms[arm]
-        estimate.add(log_ratio, p.decay)
-        if estimate.log_gain < -p.margin:
-            # Clearly worse: look half as often each time, and once two pairs agree, as rarely
-            # as the loss is deep (a k that costs 30% is not worth a look for a long while).
-            depth = 2 ** min(int(-estimate.log_gain / p.margin), 16) if estimate.pairs >= 2 else 1
-            estimate.gap = min(max(estimate.gap * 2, p.explore_every * depth),
-                               p.explore_every_max)
+        verdict = estimate.judge(log_ratio, floor, p.decay, p.alpha, p.margin, p.min_pairs)
+        if verdict > 0:
+            self._switch(state, arm)
+            return
+        if verdict < 0:
+            # Clearly worse: look half as often each time, and as rarely as the loss is deep
+            # (a k that costs 30% is not worth a look for a long while); once its CUSUM is
+            # half way up, soon again.
+            depth = 2 ** min(int(-estimate.log_gain / p.margin), 16)
+            estimate.gap = (p.explore_every if estimate.up > CUSUM_H / 2 else
+                            min(max(estimate.gap * 2, p.explore_every * depth),
+                                p.explore_every_max))
         else:
             estimate.gap = p.explore_every
         estimate.wait = estimate.gap
-        if estimate.pairs >= p.min_pairs and estimate.log_gain > p.margin:
-            self._switch(state, arm)
 
     def _switch(self, state: BucketState, arm: int) -> None:
-        """`arm` becomes the incumbent; every estimate is re-based against it."""
-        shift = state.arms[arm].log_gain
-        old = state.arms[state.incumbent]
-        old.log_gain, old.log_sq = 0.0, 0.0
-        old.weight, old.pairs = state.arms[arm].weight, state.arms[arm].pairs
+        """`arm` becomes the incumbent; every arm's evidence restarts from zero (carried
+        over, measured against the old incumbent, one noisy block would switch back)."""
+        every = self.params.explore_every
         for estimate in state.arms.values():
-            estimate.log_sq += shift * shift - 2.0 * shift * estimate.log_gain
-            estimate.log_gain -= shift
-            estimate.gap = estimate.wait = self.params.explore_every
-        new = state.arms[arm]
-        new.log_gain = new.log_sq = 0.0
+            estimate.reset()
+            estimate.gap = estimate.wait = every
         state.incumbent = arm
-        state.last_incumbent_rate = None
+        state.last_incumbent = None
+        state.step_time = 0.0
+        state.shape.restart()
         state.switches += 1
         if len(state.history) < HISTORY_MAX:
             state.history.append((state.steps, arm))
-        state.turn = [v for v in self.k_set if v != arm]
+        state.turn = [v for v in state.arms if v != arm]
 
     def _next_arm(self, state: BucketState) -> int:
         """Explore right after an incumbent block only (so an exploration block has incumbent
         blocks on both sides), and one arm at a time, taking turns."""
         if state.block.arm != state.incumbent or state.pending is not None:
             return state.incumbent
-        if state.last_incumbent_rate is None:
+        if state.last_incumbent is None:
             return state.incumbent
         for _ in range(len(state.turn)):
             arm = state.turn.pop(0)
@@ -313,18 +343,7 @@ class ScheduleController:
         state = self.buckets.get(key)
         if state is None or 0 not in state.arms or k not in state.arms:
             return None
-        arm, zero = state.arms[k], state.arms[0]
-        if k == 0:
-            return (1.0, 1.0, 1.0, zero.pairs)
-        have = [e for v, e in ((k, arm), (0, zero)) if v != state.incumbent]
-        if any(e.pairs == 0 for e in have):
-            return None
-        mid = arm.log_gain - zero.log_gain
-        half = math.sqrt(sum(e.half_width() ** 2 for e in have))
-        pairs = min(e.pairs for e in have)
-        if math.isinf(half):
-            return (math.exp(mid), 0.0, math.inf, pairs)
-        return (math.exp(mid), math.exp(mid - half), math.exp(mid + half), pairs)
+        return relative_gain(state.arms, state.incumbent, k)
 
     def table(self) -> dict[int, int]:
         """bucket -> the incumbent k (what the lookup holds outside exploration blocks)."""

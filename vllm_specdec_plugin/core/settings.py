@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Literal, get_args
 
 from vllm_specdec_plugin.core.errors import SpecDecodeConfigError, quote_value
+from vllm_specdec_plugin.core.request_tokens import parse_default
 
 # --- KAITO's inputs ------------------------------------------------------------------------------
 ANNOTATION_KEY = "kaito.sh/enable-speculative-decoding"
@@ -40,6 +41,7 @@ ENV_ADAPTIVE_STATS = "VLLM_SPECDEC_ADAPTIVE_STATS"
 ENV_ADAPTIVE_TRACE = "VLLM_SPECDEC_ADAPTIVE_TRACE"
 ENV_ADAPTIVE_SUFFIX_CACHE = "VLLM_SPECDEC_ADAPTIVE_SUFFIX_CACHE"
 ENV_CACHE = "VLLM_SPECDEC_CACHE"
+ENV_REQUEST_TOKENS = "VLLM_SPECDEC_REQUEST_TOKENS"
 
 OnError = Literal["fail", "serve-without"]
 Fallback = Literal["ngram", "suffix", "adaptive"]
@@ -80,6 +82,9 @@ SETTINGS: Mapping[str, Setting] = {setting.name: setting for setting in (
     Setting(ENV_ADAPTIVE_SUFFIX_CACHE, "finished requests whose responses the adaptive "
             "proposer's suffix tree keeps for later requests (0: none)", default="10000"),
     Setting(ENV_CACHE, "the demo and benchmark model cache (not read by the plugin)"),
+    Setting(ENV_REQUEST_TOKENS, "num_speculative_tokens for a request that does not set "
+            "vllm_xargs.num_speculative_tokens (a whole number; 0: only requests that ask "
+            "speculate; unset: the engine's k)"),
 )}
 PLUGIN_ENV = (*KAITO_ENV, *SETTINGS)
 """Every variable that can opt an engine in or change its decision."""
@@ -98,6 +103,10 @@ def check_settings(environ: Mapping[str, str]) -> None:
             raise SpecDecodeConfigError(
                 f"{name}={quote_value(value)} is not one of {', '.join(setting.choices)} "
                 f"({setting.meaning}; default {setting.default}); set one of them or unset it")
+    try:
+        parse_default(environ.get(ENV_REQUEST_TOKENS))
+    except ValueError as exc:
+        raise SpecDecodeConfigError(f"{exc}; fix it or unset it") from None
 
 
 def setting_value(environ: Mapping[str, str], name: str) -> str:

@@ -21,6 +21,7 @@ step pays `prior_switch_fraction` of a step extra (the rejection sampler and the
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -67,6 +68,18 @@ def bucket_bounds(key: int) -> tuple[int, int]:
         raise ValueError(f"bucket {key}: buckets start at 1")
     low = 1 << (key - 1)
     return low, 2 * low - 1
+
+
+def captured_ks(k_set: Sequence[int], high: int, max_graph_tokens: int | None,
+                keep: int) -> tuple[int, ...]:
+    """The k of `k_set` whose decode step at batch `high` fits a captured CUDA graph: vLLM's
+    Model Runner V2 captures decode graphs up to `max_cudagraph_capture_size` query tokens
+    (`max_graph_tokens`) and runs a larger step eagerly, so (1 + k) * high must fit. `keep`
+    (the bucket's prior, what the fixed table runs) stays in any case. None: no graphs (CPU,
+    enforce_eager), every k."""
+    if max_graph_tokens is None:
+        return tuple(k_set)
+    return tuple(k for k in k_set if k == keep or (1 + k) * high <= max_graph_tokens)
 
 
 def bucket_label(key: int) -> str:

@@ -4,12 +4,14 @@
 before the config exists; the `engine-config-hook` change (`engine/changes/engine_arg_utils.py`)
 wraps it so that `apply_to_engine_args` runs first and `export_decision` once vLLM built the
 config. Opted in, one INFO line says the decision and the changes to vLLM applied in this
-process (`registry.applied()`, each with its kind).
+process (`registry.applied()`, each with its kind: the registry hands that list over through
+`set_changes_summary`, since its first row installs this hook and the hook cannot import it).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 from vllm_specdec_plugin.assembly import assemble
@@ -17,7 +19,7 @@ from vllm_specdec_plugin.core.errors import SpecDecodeConfigError
 from vllm_specdec_plugin.core.redact import redact_uri
 from vllm_specdec_plugin.core.settings import ENV_ON_ERROR, ON_ERROR_CHOICES, setting_value
 from vllm_specdec_plugin.core.types import Decision, EngineRequest
-from vllm_specdec_plugin.engine import metrics, patching, registry, schedule_report
+from vllm_specdec_plugin.engine import metrics, patching, schedule_report
 from vllm_specdec_plugin.engine.changes import core_sched_scheduler
 from vllm_specdec_plugin.engine.patching import logger
 from vllm_specdec_plugin.inputs.annotations import read_opt_in
@@ -28,6 +30,14 @@ _APPLIED = "_specdec_plugin_decision"
 _SERVED_WITHOUT = "_specdec_plugin_served_without"
 _SCHEDULE_REPORT = "_specdec_plugin_schedule_report"
 PER_REQUEST_METRICS = "per_request_spec_decode_metrics"
+
+
+_changes_summary: list[Callable[[], str]] = []
+
+
+def set_changes_summary(summary: Callable[[], str]) -> None:
+    """`engine/registry.py`'s "name (kind), name (kind, armed), ..." of this process's changes."""
+    _changes_summary[:] = [summary]
 
 
 def opted_in_quietly() -> bool:
@@ -75,8 +85,8 @@ def apply_to_engine_args(args: Any) -> Decision | None:
         logger.error("%s", exc.message)
         raise
     setattr(args, _APPLIED, decision)
-    changes = registry.applied()
-    changes_note = f"; changes to vLLM: {registry.describe(changes)}" if changes else ""
+    changes = _changes_summary[0]() if _changes_summary else ""
+    changes_note = f"; changes to vLLM: {changes}" if changes else ""
     per_request = _ask_per_request_metrics(args)
     logger.info("%s%s%s", decision.summary(), per_request, changes_note)
     for warning in decision.warnings:

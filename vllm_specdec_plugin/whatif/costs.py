@@ -23,7 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from vllm_specdec_plugin.core.errors import SpecDecodeConfigError, quote_value
-from vllm_specdec_plugin.core.limits import ascii_decimal, decode_text
+from vllm_specdec_plugin.core.limits import (
+    MAX_FIXED_TOKENS,
+    MAX_STEP_SECONDS,
+    MIN_STEP_SECONDS,
+    ascii_decimal,
+    decode_text,
+)
 from vllm_specdec_plugin.core.step_cost import (
     STEP_COST_DEFAULTS,
     BucketCost,
@@ -32,7 +38,7 @@ from vllm_specdec_plugin.core.step_cost import (
     bucket_bounds,
     bucket_label,
 )
-from vllm_specdec_plugin.inputs.files import read_bounded
+from vllm_specdec_plugin.inputs.files import NotRegularFile, read_regular
 from vllm_specdec_plugin.inputs.parsers import load_json
 from vllm_specdec_plugin.inputs.vllm_metrics import STEP_COSTS_FORMAT
 
@@ -53,7 +59,11 @@ def load_costs(path: str) -> StepCostCurve:
     """The step-cost curve in the file at `path` (any form of the module docstring); source
     "measured: PATH", every bucket measured."""
     try:
-        data = read_bounded(Path(path), MAX_COSTS_BYTES)
+        data = read_regular(Path(path), MAX_COSTS_BYTES)
+    except NotRegularFile as exc:  # a FIFO would wait for a writer: refused, never read
+        raise _refuse(path, f"is {exc.kind}, not a regular file", "save the costs to a file "
+                      "(`vllm-specdec status --url URL --json > costs.json`) and give its "
+                      "path") from None
     except OSError as exc:
         fix = FIX if exc.errno != errno.EFBIG else (
             "keep a `status --watch` stream's last line (`tail -n 1 FILE > costs.json`), or "
@@ -110,26 +120,36 @@ def _step_costs(document: Any, path: str) -> dict[str, Any]:
     raise _refuse(path, "holds no step costs (no `step_costs`, `format` or `rows>=N` keys)")
 
 
-def _number(value: Any, path: str, where: str, low: float = 0.0) -> float:
-    """A finite number at least `low` (seconds, rows, tokens)."""
+def _number(value: Any, path: str, where: str, low: float, high: float, unit: str = "") -> float:
+    """A finite number in [low, high]: physical ranges, refused by name (a step's seconds, a
+    bucket's rows, tokens)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(
-            value) or value < low:
-        wanted = "a number of at least 1" if low >= 1 else "a non-negative number"
-        raise _refuse(path, f"{where} must be {wanted}, got {quote_value(value)}")
+            value):
+        shown = repr(value) if value is None or isinstance(value, (bool, float)) else \
+            quote_value(value)
+        raise _refuse(path, f"{where} must be a number, got {shown}")
+    if not low <= value <= high:
+        raise _refuse(path, f"{where} {value!r} is outside the physical range "
+                            f"({low:g} to {high:g}{unit})")
     return float(value)
 
 
-def _bucket_cost(cell: Any, path: str, where: str, default_rows: int | None) -> BucketCost:
-    """One bucket's cost; `default_rows` where the cell may leave its rows out."""
+def _bucket_cost(cell: Any, path: str, where: str, key: int, default_rows: int | None
+                 ) -> BucketCost:
+    """One bucket's cost (bucket `key`); `default_rows` where the cell may leave its rows out.
+    A step is at least `MIN_STEP_SECONDS` and every part at most `MAX_STEP_SECONDS`; the rows
+    a bucket was measured at lie within its batch sizes."""
     if not isinstance(cell, dict):
         raise _refuse(path, f"{where} must be an object, got {quote_value(cell)}")
-    rows = cell.get("rows", default_rows)
-    no_draft = _number(cell.get("no_draft_s"), path, f"{where}.no_draft_s")
-    if no_draft <= 0:
-        raise _refuse(path, f"{where}.no_draft_s must be above 0 seconds, got {no_draft}")
-    return BucketCost(no_draft, _number(cell.get("switch_s"), path, f"{where}.switch_s"),
-                      _number(cell.get("per_token_s"), path, f"{where}.per_token_s"),
-                      _number(rows, path, f"{where}.rows", low=1.0))
+    low, high = bucket_bounds(key)
+    seconds = {name: _number(cell.get(name), path, f"{where}.{name}",
+                             MIN_STEP_SECONDS if name == "no_draft_s" else 0.0,
+                             MAX_STEP_SECONDS, " seconds")
+               for name in ("no_draft_s", "switch_s", "per_token_s")}
+    # the engine's rows are a moving average of the bucket's batch sizes (rounding aside)
+    rows = _number(cell.get("rows", default_rows), path, f"{where}.rows", low * (1 - 1e-9),
+                   high * (1 + 1e-9), f" rows, the batch sizes of bucket {bucket_label(key)}")
+    return BucketCost(seconds["no_draft_s"], seconds["switch_s"], seconds["per_token_s"], rows)
 
 
 def _exported(costs: dict[str, Any], path: str) -> tuple[dict[int, BucketCost], float]:
@@ -138,7 +158,7 @@ def _exported(costs: dict[str, Any], path: str) -> tuple[dict[int, BucketCost], 
         raise _refuse(path, f"step costs of format {quote_value(costs.get('format'))}, "
                             f"expected {STEP_COSTS_FORMAT!r}")
     fixed = _number(costs.get("fixed_tokens", STEP_COST_DEFAULTS.prior_fixed_tokens), path,
-                    "fixed_tokens")
+                    "fixed_tokens", 0.0, MAX_FIXED_TOKENS, " tokens")
     cells = costs.get("buckets")
     if not isinstance(cells, dict):
         raise _refuse(path, f"step_costs.buckets must be an object, got {quote_value(cells)}")
@@ -149,7 +169,7 @@ def _exported(costs: dict[str, Any], path: str) -> tuple[dict[int, BucketCost], 
             raise _refuse(path, f"bucket {quote_value(label)} is not a batch bucket "
                                 "(\"1-1\", \"2-3\", \"4-7\", ...)")
         where = f"buckets[{label!r}]"
-        buckets[bucket(low)] = _bucket_cost(cell, path, where, None)
+        buckets[bucket(low)] = _bucket_cost(cell, path, where, bucket(low), None)
     return buckets, fixed
 
 
@@ -165,7 +185,8 @@ def _summary(costs: dict[str, Any], path: str) -> dict[int, BucketCost]:
                                 "bucket (1, 2, 4, 8, ...)")
         if isinstance(cell, dict) and cell.get("no_draft_s") is None:
             continue  # a bucket whose baseline was never measured
-        buckets[bucket(low)] = _bucket_cost(cell, path, f"step_costs[{key!r}]", low)
+        buckets[bucket(low)] = _bucket_cost(cell, path, f"step_costs[{key!r}]", bucket(low),
+                                            low)
     return buckets
 
 

@@ -3,13 +3,17 @@
 `--json` is one object; its `methods` list holds one entry per method and k with `method`, `k`,
 `requests`, `output_tokens`, `steps`, `drafted_tokens`, `accepted_tokens`,
 `accepted_by_position`, and `predicted` as a list of `{batch, speedup, low, high}`, beside the
-traffic, the cost curve and the recommendation.
+traffic (each count in its unit: `entries` and their `skipped`, `requests_read` and
+`requests_skipped`, `stop_reason`), the cost curve with `pricing` (the hardware row, what it
+rests on, why it was chosen, what it priced) and the recommendation. `--plot`'s path and
+matplotlib are checked before the run (`plot_problem`).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import asdict
 from typing import Any
 
@@ -61,7 +65,7 @@ def curve_json(report: WhatifReport) -> dict[str, Any]:
     return {"source": curve.source, "fixed_tokens": curve.fixed_tokens,
             "measured_buckets": [bucket_label(k) for k in sorted(curve.measured)],
             "buckets": {bucket_label(k): asdict(v) for k, v in sorted(curve.buckets.items())},
-            "prior_share": report.prior_share}
+            "prior_share": report.prior_share, "pricing": report.pricing}
 
 
 def to_json(report: WhatifReport) -> dict[str, Any]:
@@ -91,13 +95,9 @@ def render_table(report: WhatifReport) -> str:
     lines = [f"traffic: {t['path']} ({t['format']}): {t['requests']} requests, "
              f"{t['output_tokens']:,} output tokens (prompt {t['mean_prompt_tokens']:g}, "
              f"output {t['mean_completion_tokens']:g} tokens on average)"]
-    if t["skipped"]:
-        first = t["first_bad"]
-        where = f"; first: line {first['line']}: {first['why']}" if first else ""
-        lines.append(f"  skipped {t['skipped']} of {t['entries']} entries{where}")
-    if t.get("truncated"):
-        lines.append("  stopped at --max-requests")
+    lines += traffic_lines(t)
     lines.append(f"costs: {report.curve.source}")
+    lines += pricing_lines(report.pricing)
     share = report.prior_share
     lines.append("  " + ("every batch size priced from measured step costs" if share == 0 else
                          f"{share:.0%} of the batch sizes priced from a prior (not measured)"))
@@ -128,6 +128,34 @@ def render_table(report: WhatifReport) -> str:
     return "\n".join(lines)
 
 
+def traffic_lines(t: dict[str, Any]) -> list[str]:
+    """What was skipped, each count in its own unit, and what stopped the reading early."""
+    def first(bad: dict[str, Any] | None) -> str:
+        return f"; first: {bad['why']}" if bad else ""  # the why names its line
+
+    lines = []
+    if t["skipped"]:
+        unit = t.get("unit", "line")
+        lines.append(f"  skipped {t['skipped']} of {t['entries']} {unit}s"
+                     f"{first(t['first_bad'])}")
+    if t.get("requests_skipped"):
+        lines.append(f"  skipped {t['requests_skipped']} of {t['requests_read']} requests when "
+                     f"tokenizing{first(t.get('first_skipped_request'))}")
+    if t.get("stop_reason"):
+        lines.append(f"  {t['stop_reason']}")
+    return lines
+
+
+def pricing_lines(pricing: dict[str, Any]) -> list[str]:
+    """The hardware row behind the prior, what it rests on, and why that row."""
+    if not pricing:
+        return []
+    if pricing.get("row") is None:
+        return [f"  no hardware row ({pricing['chosen_by']})"]
+    return [f"  priced with the {pricing['row']} row ({pricing['title']}): {pricing['basis']}; "
+            f"it priced {pricing['priced']} ({pricing['chosen_by']})"]
+
+
 def recommendation_lines(report: WhatifReport) -> list[str]:
     """The option to start from, where speculation stops paying, and the schedule the
     controller would start from (`num_speculative_tokens_per_batch_size`)."""
@@ -154,6 +182,47 @@ def recommendation_lines(report: WhatifReport) -> list[str]:
                      + ("; it sizes each draft from its own step costs)" if method == "adaptive"
                         else ")"))
     return lines
+
+
+PLOT_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg")
+"""The image files `--plot` writes (matplotlib's format is chosen from the suffix)."""
+
+
+def plot_problem(value: str) -> str | None:
+    """Why `--plot value` cannot be written, checked before the run (so a bad path never costs
+    the replay, nor drops the report), or None: matplotlib importable, an image suffix, not a
+    directory nor a special file, its directory there and writable."""
+    from pathlib import Path
+
+    from vllm_specdec_plugin.core.errors import SpecDecodeConfigError, quote_value
+    from vllm_specdec_plugin.inputs.files import local_path
+
+    fix = f"give a file path ending in {', '.join(PLOT_SUFFIXES)} (e.g. --plot whatif.png)"
+    try:
+        found = local_path(value, "--plot")
+    except SpecDecodeConfigError as exc:
+        return exc.message
+    shown = f"--plot {quote_value(value, 200)}"
+    path = Path(value).expanduser()
+    if found is not None and found.is_dir() or not value or value.endswith("/"):
+        return f"{shown} is a directory, not an image file; {fix}"
+    if found is not None and not found.is_file():
+        return f"{shown} is not a regular file (a FIFO or a device); {fix}"
+    if path.suffix.lower() not in PLOT_SUFFIXES:
+        return f"{shown} has no image suffix; {fix}"
+    parent = path.parent
+    if not parent.is_dir():
+        said = "is not a directory" if parent.exists() else "does not exist"
+        return f"{shown}: its directory {quote_value(str(parent), 200)} {said}; {fix}"
+    if not os.access(parent, os.W_OK | os.X_OK) or found is not None and not os.access(
+            found, os.W_OK):
+        return f"{shown} cannot be written (permission denied); {fix} in a writable directory"
+    try:
+        import matplotlib  # noqa: F401
+    except Exception as exc:  # absent, or broken (a missing native library)
+        return (f"{shown} needs matplotlib ({type(exc).__name__}: {quote_value(str(exc), 120)})"
+                "; install it (pip install 'vllm-specdec-plugin[plot]') or drop --plot")
+    return None
 
 
 def plot(report: WhatifReport, path: str) -> None:

@@ -34,13 +34,12 @@ from typing import Any
 import numpy as np
 
 from vllm_specdec_plugin.core.errors import SpecDecodeConfigError
+from vllm_specdec_plugin.core.limits import MAX_MODEL_LEN, MAX_NGRAM_LOOKUP, MAX_SPEC_TOKENS
 from vllm_specdec_plugin.core.methods import ADAPTIVE_CLASS_PATH
+from vllm_specdec_plugin.whatif.drafter import Drafter
 from vllm_specdec_plugin.whatif.types import METHODS, MethodConfig, ReplayRequest, ReplayResult
 
-MAX_K = 64
-"""The largest k replayed (the adaptive proposer's default is 16; vLLM's suffix default 24)."""
-MAX_LOOKUP = 1024
-"""The longest n-gram looked up: vLLM's matcher allocates prompt_lookup_max ints every step."""
+MAX_K, MAX_LOOKUP = MAX_SPEC_TOKENS, MAX_NGRAM_LOOKUP  # the bounds, `core/limits.py`
 PAST_END_NOTE = ("a draft position past a completion's end counts as rejected (the log does "
                  "not hold the model's token there)")
 
@@ -72,35 +71,6 @@ class Counts:
             past_end_open=self.past_end_open, notes=tuple(extra))
 
 
-class Drafter:
-    """One method's drafter as `replay_python` drives it, in the engine's call order: `start`
-    before a request's first proposal (`rows`: the (1, max_model_len) token row, holding the
-    prompt and the prefill's token), `propose` after every step (the prefill's included) with
-    the context length and the tokens the step emitted, `verified` after each verify step with
-    the draft tokens it verified, `finish` after the request's last step (the engine proposes
-    there too; the draft is thrown away), `close` after the traffic."""
-
-    def start(self, index: int, prompt_len: int, n: int, rows: np.ndarray) -> None:
-        raise NotImplementedError
-
-    def propose(self, num_tokens: int, emitted: list[int]) -> Sequence[int]:
-        raise NotImplementedError
-
-    def verified(self, drafted: int) -> None:  # noqa: B027 (nothing by default)
-        pass
-
-    def finish(self, num_tokens: int, emitted: list[int]) -> None:
-        raise NotImplementedError
-
-    def close(self) -> None:  # noqa: B027 (nothing to release by default)
-        pass
-
-    @property
-    def notes(self) -> tuple[str, ...]:
-        """What the result should say about this drafter, after the replay."""
-        return ()
-
-
 def check_config(config: MethodConfig, max_model_len: int) -> None:
     """One line naming the flag and the fix for a configuration the replay cannot run."""
     if config.method not in METHODS:
@@ -109,9 +79,9 @@ def check_config(config: MethodConfig, max_model_len: int) -> None:
     if not isinstance(config.k, int) or not 1 <= config.k <= MAX_K:
         raise SpecDecodeConfigError(f"--k {config.k!r}: num_speculative_tokens must be a whole "
                                     f"number from 1 to {MAX_K}; pass e.g. --k 4")
-    if not isinstance(max_model_len, int) or max_model_len < 2:
-        raise SpecDecodeConfigError(f"max_model_len {max_model_len!r}: must be at least 2; "
-                                    "check the model's config.json")
+    if not isinstance(max_model_len, int) or not 2 <= max_model_len <= MAX_MODEL_LEN:
+        raise SpecDecodeConfigError(f"max_model_len {max_model_len!r}: must be from 2 to "
+                                    f"{MAX_MODEL_LEN}; give --max-model-len N")
     if config.method != "ngram":
         return
     for flag, value in (("--prompt-lookup-min", config.prompt_lookup_min),
@@ -180,17 +150,19 @@ def _one_line(exc: BaseException) -> str:
 def replay(requests: Sequence[ReplayRequest], config: MethodConfig, *, max_model_len: int,
            step_seconds: Callable[[int, int], float] | None = None,
            progress: Callable[[int], None] | None = None) -> ReplayResult:
-    """Replay `requests` one at a time in traffic order through `config`'s drafter (see the
-    module docstring for the rules). `step_seconds(rows, drafted)` is adaptive's only: the
-    simulated time of one step, from which its cost table learns (default
-    `replay_adaptive.default_step_seconds`); `progress(done)` is called after each request
-    with the number replayed so far. Bad configuration: `SpecDecodeConfigError`, one line."""
+    """Replay `requests` one at a time in traffic order through `config`'s drafter (rules: the
+    module docstring). `step_seconds(rows, drafted)` is adaptive's only: the simulated time of
+    one step, from which its cost table learns (default `replay_adaptive.default_step_seconds`);
+    `progress(done)` is called after each request with the number replayed so far. Bad
+    configuration: `SpecDecodeConfigError`, one line."""
     check_config(config, max_model_len)
-    resolved = resolve(config)
-    counts = Counts(len(requests), config.k)
+    resolved, counts = resolve(config), Counts(len(requests), config.k)
     notes: list[str] = []
-    # one-time costs (numba compiling, building a drafter) come before the clock starts:
-    # `seconds` is the replay's own speed
+    # the token rows hold the longest request: a longer max_model_len clips no draft and no
+    # request (every context stays MAX_K + 2 below it), so the counts are the same
+    longest = max((len(r.prompt_ids) + len(r.completion_ids) for r in requests), default=0)
+    max_model_len = min(max_model_len, longest + MAX_K + 2)
+    # one-time costs (numba compiling, the drafter) precede the clock: `seconds` is the replay's
     if config.method == "ngram":
         _warm_ngram_loop(resolved, max_model_len)
         start = time.perf_counter()

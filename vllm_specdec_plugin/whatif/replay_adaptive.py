@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from vllm_specdec_plugin.core.settings import ENV_ADAPTIVE_STATS, ENV_ADAPTIVE_TRACE
-from vllm_specdec_plugin.whatif.replay import Drafter
+from vllm_specdec_plugin.whatif.drafter import Drafter
 
 BASE_STEP_SECONDS = 0.010
 PER_DRAFT_SECONDS = 0.0005

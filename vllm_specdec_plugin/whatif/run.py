@@ -15,6 +15,13 @@ from typing import Any
 
 import numpy as np
 
+from vllm_specdec_plugin.core.errors import SpecDecodeConfigError
+from vllm_specdec_plugin.core.limits import (
+    MAX_BATCH_SIZE,
+    MAX_MODEL_LEN,
+    MAX_REQUEST_TOKENS,
+    MAX_TRAFFIC_REQUESTS,
+)
 from vllm_specdec_plugin.core.speedup import (
     Predicted,
     Recommendation,
@@ -41,7 +48,8 @@ class WhatifOptions:
     traffic: str
     configs: tuple[MethodConfig, ...]
     costs: str | None = None
-    platform: str = "cpu"
+    platform: str | None = None
+    """None: cuda with `gpu`, else cpu (the default, said in the output)."""
     gpu: str | None = None
     batches: tuple[int, ...] = DEFAULT_BATCHES
     max_requests: int | None = None
@@ -80,6 +88,9 @@ class WhatifReport:
     outcomes: list[MethodOutcome]
     recommendation: Recommendation
     notes: list[str] = field(default_factory=list)
+    pricing: dict[str, Any] = field(default_factory=dict)
+    """The hardware row that priced it, why that row, and what it priced
+    (`curves.Pricing.describe`)."""
 
 
 def label(config: MethodConfig, resolved: dict[str, Any] | None = None) -> str:
@@ -94,17 +105,24 @@ def label(config: MethodConfig, resolved: dict[str, Any] | None = None) -> str:
 
 
 def run_whatif(options: WhatifOptions, progress: Progress | None = None) -> WhatifReport:
-    """Every stage in order; errors are the stages' own one-line errors."""
-    from vllm_specdec_plugin.inputs.traffic import read_traffic
-    from vllm_specdec_plugin.whatif.curves import curve_for
-    from vllm_specdec_plugin.whatif.replay import replay
+    """Every stage in order, the cheap checks first (the configurations, `--costs`, the
+    platform and row, the traffic path, the checkpoint's config and tokenizer), so a bad input
+    is refused before the traffic is read; errors are the stages' own one-line errors."""
+    from vllm_specdec_plugin.inputs.traffic import open_traffic, read_traffic
+    from vllm_specdec_plugin.whatif.curves import curve_for, pricing_for
+    from vllm_specdec_plugin.whatif.replay import replay, resolve
     from vllm_specdec_plugin.whatif.tokens import load_tokenizer, tokenize_traffic
 
-    traffic = read_traffic(options.traffic, options.max_requests)
-    tokenizer = load_tokenizer(options.model)
+    _check_counts(options)
+    for config in options.configs:
+        resolve(config)
+    pricing = pricing_for(options.costs, options.platform, options.gpu)
+    open_traffic(options.traffic).close()
     shape, max_model_len = _model(options)
+    tokenizer = load_tokenizer(options.model)
+    traffic = read_traffic(options.traffic, options.max_requests)
     tokenized = tokenize_traffic(
-        tokenizer, traffic.records, max_tokens_per_request=max_model_len,
+        tokenizer, traffic.records, max_tokens_per_request=min(max_model_len, MAX_REQUEST_TOKENS),
         progress=_stage(progress, "tokenize", len(traffic.records)),
         unit="conversation" if traffic.format == "sharegpt" else "line")
     requests = tokenized.requests
@@ -116,7 +134,7 @@ def run_whatif(options: WhatifOptions, progress: Progress | None = None) -> What
                            f"--model {options.model}{why}; check that the traffic was served "
                            "by this model")
     context = _mean_context(requests)
-    curve = curve_for(options.costs, options.platform, options.gpu, shape, context)
+    curve = curve_for(pricing, shape, context)
     outcomes = []
     for config in options.configs:
         result = replay(requests, config, max_model_len=max_model_len,
@@ -127,12 +145,27 @@ def run_whatif(options: WhatifOptions, progress: Progress | None = None) -> What
     chosen = recommend({o.label: o.predicted for o in outcomes},
                        {o.label: o.result.config.k for o in outcomes},
                        {o.label: o.result.config.method for o in outcomes})
+    share = prior_share(curve, options.batches)
     return WhatifReport(
         options=options, traffic=_traffic_summary(options.traffic, traffic, tokenized, requests),
         model={"path": options.model, "parameters": getattr(shape, "parameters", None),
                "max_model_len": max_model_len, "mean_context": round(context, 1)},
-        curve=curve, prior_share=prior_share(curve, options.batches), outcomes=outcomes,
-        recommendation=chosen)
+        curve=curve, prior_share=share, outcomes=outcomes, recommendation=chosen,
+        pricing=pricing.describe(curve, share))
+
+
+def _check_counts(options: WhatifOptions) -> None:
+    """The numeric options within their bounds (`core/limits.py`), else one line."""
+    for flag, value, high in (("--max-requests", options.max_requests, MAX_TRAFFIC_REQUESTS),
+                              ("--max-model-len", options.max_model_len, MAX_MODEL_LEN)):
+        low = 2 if flag == "--max-model-len" else 1
+        if value is not None and not (isinstance(value, int) and low <= value <= high):
+            raise SpecDecodeConfigError(f"{flag} {value!r}: give a whole number from {low} to "
+                                        f"{high}")
+    if not options.batches or not all(isinstance(b, int) and 1 <= b <= MAX_BATCH_SIZE
+                                      for b in options.batches):
+        raise SpecDecodeConfigError(f"--batches {options.batches!r}: give batch sizes from 1 to "
+                                    f"{MAX_BATCH_SIZE}")
 
 
 def _stage(progress: Progress | None, stage: str, count: int, total: bool = False
@@ -153,8 +186,6 @@ def _stage(progress: Progress | None, stage: str, count: int, total: bool = Fals
 def _model(options: WhatifOptions) -> tuple[Any, int]:
     """The checkpoint's shape (for the priors; None where its config cannot be read and
     `--costs` prices every step) and the context length the replay clips to."""
-    from vllm_specdec_plugin.core.errors import SpecDecodeConfigError
-    from vllm_specdec_plugin.core.limits import MAX_REQUEST_TOKENS
     from vllm_specdec_plugin.inputs.model_shape import read_model_shape
 
     try:
@@ -164,6 +195,11 @@ def _model(options: WhatifOptions) -> tuple[Any, int]:
             raise
         shape = None
     context = int(getattr(shape, "max_context", 0) or 0)
+    if options.max_model_len is None and context > MAX_MODEL_LEN:
+        raise SpecDecodeConfigError(
+            f"--model {options.model}: its config.json gives a context of {context} tokens, "
+            f"above the bound of {MAX_MODEL_LEN}; give --max-model-len N (at most "
+            f"{MAX_MODEL_LEN})")
     return shape, options.max_model_len or context or MAX_REQUEST_TOKENS
 
 
@@ -183,16 +219,23 @@ def _step_seconds(curve: StepCostCurve) -> Callable[[int, int], float]:
 
 def _traffic_summary(path: str, traffic: Any, tokenized: Any,
                      requests: Sequence[ReplayRequest]) -> dict[str, Any]:
-    first_bad = traffic.first_bad or tokenized.first_bad
+    """What was read and replayed, each count in one unit: `entries` (lines, or a ShareGPT
+    array's conversations: `unit`) and the reader's `skipped` of them; `requests_read` (a
+    conversation holds one request per answer, an OpenAI response one per choice) and
+    `requests_skipped` of them when tokenizing; what stopped the reading early, if anything."""
+    def bad(first: tuple[int, str] | None) -> dict[str, Any] | None:
+        return None if first is None else {"line": first[0], "why": first[1]}
+
+    stops = [why for why in (traffic.stop_reason, tokenized.stop_reason) if why]
     return {
         "path": path, "format": traffic.format, "entries": traffic.entries,
-        "skipped": traffic.skipped + tokenized.skipped,
-        "first_bad": None if first_bad is None else {"line": first_bad[0], "why": first_bad[1]},
-        "truncated": bool(traffic.truncated or tokenized.truncated),
-        "stop_reason": traffic.stop_reason,
+        "unit": "conversation" if traffic.format == "sharegpt" else "line",
+        "skipped": traffic.skipped, "first_bad": bad(traffic.first_bad),
+        "requests_read": len(traffic.records), "requests_skipped": tokenized.skipped,
+        "first_skipped_request": bad(tokenized.first_bad),
+        "truncated": bool(stops), "stop_reason": "; ".join(stops) or None,
         "requests": len(requests),
         "output_tokens": int(sum(len(r.completion_ids) for r in requests)),
         "mean_prompt_tokens": round(float(np.mean([len(r.prompt_ids) for r in requests])), 1),
         "mean_completion_tokens": round(
             float(np.mean([len(r.completion_ids) for r in requests])), 1)}
-

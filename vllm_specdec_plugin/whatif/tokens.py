@@ -29,6 +29,7 @@ from vllm_specdec_plugin.core.errors import SpecDecodeConfigError, quote_value
 from vllm_specdec_plugin.core.limits import MAX_REQUEST_TOKENS, MAX_TRAFFIC_TOKENS
 from vllm_specdec_plugin.inputs.files import local_path
 from vllm_specdec_plugin.inputs.traffic import TrafficRecord
+from vllm_specdec_plugin.whatif.chat_tokens import ChatPrompts
 from vllm_specdec_plugin.whatif.types import ReplayRequest
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json",
@@ -54,6 +55,8 @@ class TokenizedTraffic:
     """The first skipped record: its line and why ('line 4: the model has no chat template')."""
     truncated: bool = False
     """Stopped at `MAX_TRAFFIC_TOKENS` tokens in all (the rest was not tokenized)."""
+    stop_reason: str | None = None
+    """Why it stopped, when it did."""
 
 
 def load_tokenizer(model_dir: str) -> Any:
@@ -83,26 +86,6 @@ def load_tokenizer(model_dir: str) -> Any:
                           f"{': ' + quote_value(said[0], 160) if said else ''}); {_FIX}") from None
 
 
-class _Bad(Exception):
-    """One record that cannot be replayed, and why."""
-
-
-def _render(tokenizer: Any, record: TrafficRecord) -> str:
-    """The chat prompt as vLLM renders it (tokenized by the caller, without special tokens)."""
-    if not getattr(tokenizer, "chat_template", None):
-        raise _Bad("the model has no chat template")
-    kwargs = {"add_generation_prompt": True, **(record.chat_kwargs or {})}
-    try:
-        text = tokenizer.apply_chat_template(list(record.messages or ()), tokenize=False,
-                                             **kwargs)
-    except Exception as exc:  # a template may raise anything (jinja2's raise_exception)
-        raise _Bad(f"the chat template fails on it ({type(exc).__name__}: "
-                   f"{quote_value(str(exc), 160)})") from None
-    if not isinstance(text, str):
-        raise _Bad(f"the chat template gave {type(text).__name__}, not text")
-    return text
-
-
 def _encode(tokenizer: Any, texts: list[str], special: bool) -> list[list[int] | str]:
     """Each text's ids (one batched call), or why it cannot be encoded (a lone surrogate from
     a JSON escape makes the fast tokenizer refuse the whole batch, so then one at a time)."""
@@ -126,38 +109,71 @@ def _batches(records: Iterable[TrafficRecord], size: int) -> Iterator[list[Traff
         yield batch
 
 
-def _given(ids: tuple[int, ...] | None) -> list[int] | None:
-    return None if ids is None else list(ids)
+class _Encoder:
+    """Records -> (prompt ids, completion ids) a batch at a time. What a line's records share
+    is worked out once, whatever the batches: a chat history (`chat_tokens.ChatPrompts`: each
+    turn's history is not re-tokenized), and the prompt text or logged ids all the choices of
+    one OpenAI response repeat (kept from one batch to the next while the line lasts)."""
 
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.chats = ChatPrompts(tokenizer, lambda texts, special: _encode(tokenizer, texts,
+                                                                           special))
+        self.shared: dict[tuple[int, bool | None], tuple[object, Any]] = {}  # one line's
+        self.line: int | None = None
 
-def _plan(tokenizer: Any, record: TrafficRecord) -> tuple[Any, Any]:
-    """(prompt, completion): each given ids, or (text, add_special_tokens) to encode."""
-    prompt: Any = _given(record.prompt_token_ids)
-    if prompt is None and record.messages is not None:
-        prompt = (_render(tokenizer, record), False)
-    elif prompt is None:
-        special = True if record.add_special_tokens is None else record.add_special_tokens
-        prompt = (record.prompt or "", special)
-    completion = _given(record.completion_token_ids)
-    return prompt, (record.completion, False) if completion is None else completion
+    def _ids(self, given: tuple[int, ...] | None) -> np.ndarray | None:
+        if given is None:
+            return None
+        found = self._known(given, None)
+        return (self._keep(given, None, np.asarray(given, dtype=np.int32)) if found is None
+                else found)
 
+    def _known(self, obj: object, special: bool | None) -> Any:
+        """What was worked out for this very object (and `add_special_tokens`) on this line."""
+        hit = self.shared.get((id(obj), special))
+        return None if hit is None or hit[0] is not obj else hit[1]
 
-def _batch_ids(tokenizer: Any, batch: list[TrafficRecord]) -> list[tuple[Any, Any] | str]:
-    """Each record's (prompt ids, completion ids), or why not; the texts of a batch are
-    encoded in two calls, one per `add_special_tokens` value."""
-    plans: list[Any] = []
-    for record in batch:
-        try:
-            plans.append(list(_plan(tokenizer, record)))
-        except _Bad as exc:
-            plans.append(str(exc))
-    for special in (True, False):
-        slots = [(plan, side) for plan in plans if not isinstance(plan, str)
-                 for side in (0, 1) if isinstance(plan[side], tuple) and plan[side][1] is special]
-        encoded = _encode(tokenizer, [plan[side][0] for plan, side in slots], special)
-        for (plan, side), ids in zip(slots, encoded, strict=True):
-            plan[side] = ids
-    return [plan if isinstance(plan, str) else (plan[0], plan[1]) for plan in plans]
+    def _keep(self, obj: object, special: bool | None, value: Any) -> Any:
+        self.shared[(id(obj), special)] = (obj, value)
+        return value
+
+    def batch(self, batch: list[TrafficRecord]) -> list[tuple[Any, Any] | str]:
+        """Each record's (prompt ids, completion ids), or why not; the texts of a batch are
+        encoded in two calls, one per `add_special_tokens` value."""
+        chats = iter(self.chats.prompts([r for r in batch if r.prompt_token_ids is None
+                                         and r.messages is not None]))
+        plans: list[Any] = []
+        for record in batch:
+            if record.line != self.line:
+                self.shared.clear()
+                self.line = record.line
+            prompt: Any = self._ids(record.prompt_token_ids)
+            if prompt is None and record.messages is not None:
+                prompt = next(chats)
+            elif prompt is None:
+                special = True if record.add_special_tokens is None else record.add_special_tokens
+                text = record.prompt or ""
+                prompt = self._known(text, special)
+                prompt = (text, special) if prompt is None else prompt
+            completion = self._ids(record.completion_token_ids)
+            plans.append(prompt if isinstance(prompt, str) else
+                         [prompt, (record.completion, False) if completion is None else
+                          completion])
+        for special in (True, False):
+            slots = [(plan, side) for plan in plans if not isinstance(plan, str)
+                     for side in (0, 1)
+                     if isinstance(plan[side], tuple) and plan[side][1] is special]
+            texts = {id(plan[side][0]): plan[side][0] for plan, side in slots}
+            encoded = dict(zip(texts, _encode(self.tokenizer, list(texts.values()), special),
+                               strict=True))
+            for plan, side in slots:
+                text = plan[side][0]
+                ids = encoded[id(text)]
+                plan[side] = ids if isinstance(ids, str) else np.asarray(ids, dtype=np.int32)
+                if side == 0 and not isinstance(ids, str):
+                    self._keep(text, special, plan[side])  # for its line's other choices
+        return [plan if isinstance(plan, str) else (plan[0], plan[1]) for plan in plans]
 
 
 def tokenize_traffic(tokenizer: Any, records: Iterable[TrafficRecord],
@@ -171,9 +187,9 @@ def tokenize_traffic(tokenizer: Any, records: Iterable[TrafficRecord],
     requests: list[ReplayRequest] = []
     skipped, total = 0, 0
     first_bad: tuple[int, str] | None = None
+    encoder = _Encoder(tokenizer)
     for batch in _batches(records, BATCH):
-        for done, (record, sides) in enumerate(
-                zip(batch, _batch_ids(tokenizer, batch), strict=True)):
+        for done, (record, sides) in enumerate(zip(batch, encoder.batch(batch), strict=True)):
             why = _check(sides, max_tokens_per_request)
             if why is not None:
                 skipped += 1
@@ -184,10 +200,12 @@ def tokenize_traffic(tokenizer: Any, records: Iterable[TrafficRecord],
             if total + len(prompt) + len(completion) > max_total_tokens:
                 if progress is not None:
                     progress(done)
-                return TokenizedTraffic(requests, skipped, first_bad, truncated=True)
+                return TokenizedTraffic(requests, skipped, first_bad, truncated=True,
+                                        stop_reason=f"stopped at {max_total_tokens:,} tokens "
+                                                    "in all (the bound on tokens held for the "
+                                                    "replay); the rest was not tokenized")
             total += len(prompt) + len(completion)
-            requests.append(ReplayRequest(np.asarray(prompt, dtype=np.int32),
-                                          np.asarray(completion, dtype=np.int32), record.line))
+            requests.append(ReplayRequest(prompt, completion, record.line))
         if progress is not None:
             progress(len(batch))
     return TokenizedTraffic(requests, skipped, first_bad)
@@ -201,9 +219,9 @@ def _check(sides: tuple[Any, Any] | str, limit: int) -> str | None:
     for side in sides:
         if isinstance(side, str):
             return side
-    if not prompt:
+    if not len(prompt):
         return "the prompt is empty (vLLM refuses an empty prompt)"
-    if not completion:
+    if not len(completion):
         return "the completion is empty (no tokens to replay)"
     if len(prompt) + len(completion) > limit:
         return (f"{len(prompt) + len(completion)} tokens (prompt {len(prompt)} + completion "

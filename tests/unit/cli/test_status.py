@@ -259,3 +259,34 @@ def test_watch_keeps_watching_through_failed_scrapes(serve, capsys) -> None:
     err = capsys.readouterr().err
     assert f"{scrape.WATCH_MAX_FAILURES} scrapes in a row failed" in err
     assert naps == [1.0, 2.0, 4.0, 8.0, 8.0]  # capped at WATCH_MAX_BACKOFF intervals
+
+
+REQUESTS = """\
+vllm_specdec_requests_total{model_name="m",speculation="on"} 30.0
+vllm_specdec_requests_created{model_name="m",speculation="on"} 1.79e+09
+vllm_specdec_requests_total{model_name="m",speculation="off"} 8.0
+vllm_specdec_requests_total{model_name="n",speculation="off"} 2.0
+vllm_specdec_requests_total{model_name="m",speculation="capped"} 0.0
+vllm_specdec_requests_total{model_name="m",speculation="sideways"} 99.0
+vllm_specdec_requests_total{model_name="m",speculation="on"} NaN
+vllm_specdec_requests_total{model_name="m",speculation="off"} -5.0
+"""
+
+
+def test_requests_by_how_they_speculate_are_summed_and_shared() -> None:
+    """Per-request speculation (vllm_xargs.num_speculative_tokens): the counter by label,
+    summed over models; an unknown label, NaN or negative value is not counted."""
+    status = status_of(counters(SPECULATING + REQUESTS))
+    assert status.requests == {"on": 30, "off": 10, "capped": 0}
+    assert json.loads(status.to_json())["requests"] == {"on": 30, "off": 10, "capped": 0}
+    assert "requests:" in render_text(status)
+    assert "40 (on 75%, off 25%, capped 0%" in render_text(status)
+    plain = status_of(counters(SPECULATING))
+    assert plain.requests is None and "requests" not in json.loads(plain.to_json())
+    assert "requests:" not in render_text(plain)
+
+
+def test_requests_in_a_watch_window_are_the_increase() -> None:
+    old = counters(SPECULATING + REQUESTS)
+    new = counters(SPECULATING + REQUESTS.replace("} 30.0", "} 36.0"))
+    assert status_of(window(new, old)).requests == {"on": 6, "off": 0, "capped": 0}

@@ -9,6 +9,7 @@ import pytest
 from conftest import release_caps
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 
 from vllm_specdec_plugin.core.decide import decide
 from vllm_specdec_plugin.core.errors import SpecDecodeConfigError
@@ -123,7 +124,7 @@ def test_inference_config_speculative_config_read_back(flags, spec):
         assert config.speculative_config == spec
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(annotations, engines, st.sampled_from(CAPS), st.one_of(st.none(), spec_configs))
 def test_decision_invariants(annotation, engine, caps, file_config):
     kaito = KaitoRequest(Annotation(annotation, "t"), config_speculative_config=file_config)

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 
 from vllm_specdec_plugin.core.errors import SpecDecodeConfigError
 from vllm_specdec_plugin.core.roofline import (
@@ -129,7 +130,7 @@ def test_curve_has_one_bucket_per_batch_at_its_lowest_size():
     assert mtp.buckets[1].per_token_s > 10 * curve.buckets[1].per_token_s  # memory-bound drafts
 
 
-@settings(derandomize=True, deadline=None, max_examples=60)
+@settings(derandomize=True, deadline=None, max_examples=examples(60))
 @given(rows=st.integers(1, 300), context=st.integers(0, 32768),
        gpu=st.sampled_from(["h100-sxm", "a100-40gb", "l4", "cpu"]))
 def test_curve_reproduces_the_step_model_inside_every_bucket(rows, context, gpu):

@@ -9,6 +9,7 @@ import random
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 
 from vllm_specdec_plugin.core.schedule_control import (
     ControllerParams,
@@ -74,7 +75,7 @@ def rates(best: int, edge: float) -> tuple[dict[int, float], dict[int, float]]:
 
 # Statistical properties: examples drawn from a fixed seed (derandomize), so CI sees the same
 # ones every run; each asserts what must hold on nearly every draw of the noise.
-STATISTICAL = settings(max_examples=40, deadline=None, derandomize=True)
+STATISTICAL = settings(max_examples=examples(40), deadline=None, derandomize=True)
 
 
 @STATISTICAL
@@ -92,7 +93,7 @@ def test_it_picks_the_true_best_k_under_ten_percent_noise(best, edge, seed, batc
     assert engine.lookup[batch] in K_SET
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(seed=st.integers(0, 10**6), batch=st.integers(1, 64),
        weights=st.lists(st.floats(0.3, 3.0), min_size=3, max_size=3))
 def test_it_never_schedules_a_k_outside_the_schedule(seed, batch, weights):
@@ -121,14 +122,16 @@ def test_exploration_stays_within_its_budget_once_learned(best, seed, batch):
 
 
 def test_a_neutral_k_leaves_the_prior_in_place():
-    """No arm beats the prior by the margin: the table keeps the prior (hysteresis)."""
+    """No arm beats the prior: the table keeps the prior, never switching, at the 10% noise
+    the other tests use (a switch needs its interval, not only its mean, past the margin)."""
     seconds = {0: 0.1, 2: 0.12, 5: 0.15}
     tokens = {k: seconds[k] * 10.0 for k in K_SET}  # every k the same tokens/s
-    controller = ScheduleController(PRIOR, K_SET)
-    engine = Engine(seconds, tokens, noise=0.02, seed=1)
-    engine.run(controller, 32, 3000)
-    assert controller.table()[bucket(32)] == 0
-    assert controller.buckets[bucket(32)].switches <= 1
+    for seed in range(10):
+        controller = ScheduleController(PRIOR, K_SET)
+        engine = Engine(seconds, tokens, noise=0.10, seed=seed)
+        engine.run(controller, 32, 3000)
+        assert controller.table()[bucket(32)] == 0
+        assert controller.buckets[bucket(32)].switches == 0
 
 
 def test_gain_reports_the_measured_ratio_against_k0_with_an_interval():
@@ -199,3 +202,14 @@ def test_switchback_arms_are_checked():
     for bad in ("k0", "k0,k3", "k0,fast", "k0,k5,static"):
         with pytest.raises(ValueError):
             parse_arms(bad, K_SET)
+
+
+def test_a_bucket_explores_only_k_whose_graph_was_captured():
+    """MRV2 captures decode graphs up to `max_cudagraph_capture_size` query tokens (512 by
+    default): at batch 64-127 a k=5 step (768 tokens at 127) would run eagerly, so the
+    controller never explores it there; at batch 32-63 it does."""
+    prior = [0] + [2] * 1024
+    controller = ScheduleController(prior, (0, 2, 5), max_graph_tokens=512)
+    assert set(controller.state(7).arms) == {0, 2}  # bucket 64-127
+    assert set(controller.state(6).arms) == {0, 2, 5}  # bucket 32-63
+    assert set(ScheduleController(prior, (0, 2, 5)).state(7).arms) == {0, 2, 5}

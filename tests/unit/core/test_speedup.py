@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 
 from vllm_specdec_plugin.core.schedule import SCHEDULE_OPEN_END
 from vllm_specdec_plugin.core.speedup import (
@@ -118,7 +119,7 @@ def requests_and_more_accepted(draw: st.DrawFn) -> tuple[ReplayCounts, ReplayCou
             ReplayCounts(1 + steps + more, steps, drafting, drafted))
 
 
-@settings(derandomize=True, deadline=None, max_examples=60)
+@settings(derandomize=True, deadline=None, max_examples=examples(60))
 @given(requests_and_more_accepted())
 def test_more_acceptance_never_predicts_less(pair: tuple[ReplayCounts, ReplayCounts]):
     costs = curve(switch=0.002, per_token=0.0007)

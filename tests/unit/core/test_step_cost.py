@@ -14,6 +14,7 @@ from vllm_specdec_plugin.core.step_cost import (
     bucket,
     bucket_bounds,
     bucket_label,
+    captured_ks,
 )
 
 
@@ -71,3 +72,14 @@ def test_cost_table_reads_its_params():
     assert not table.wants_baseline(4)
     table.observe(4, 6, 0.13)
     assert table.wants_baseline(4)
+
+
+@pytest.mark.parametrize(("high", "ceiling", "keep", "expected"), [
+    (1, None, 5, (0, 2, 5)),  # no graphs (CPU, enforce_eager): every k
+    (63, 512, 2, (0, 2, 5)),  # (1 + 5) * 63 = 378 fits
+    (127, 512, 2, (0, 2)),  # k=5 at 127 is 762 tokens: eager, not explored
+    (255, 512, 0, (0,)),  # k=2 is 765: eager too
+    (255, 512, 5, (0, 5)),  # the prior stays: it is what the fixed table runs anyway
+])
+def test_only_k_whose_decode_graph_was_captured_are_explored(high, ceiling, keep, expected):
+    assert captured_ks((0, 2, 5), high, ceiling, keep) == expected

@@ -17,11 +17,12 @@ from urllib.parse import quote
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 
 from vllm_specdec_plugin.core.errors import SpecDecodeConfigError, quote_value
 from vllm_specdec_plugin.core.redact import REDACTED, redact_strings, redact_uri
 
-PROPERTY = settings(max_examples=300, deadline=2000,
+PROPERTY = settings(max_examples=examples(300), deadline=2000,
                     suppress_health_check=[HealthCheck.too_slow])
 SCHEMES = st.sampled_from(["s3", "gs", "https", "http", "hf"])
 HOST = st.from_regex(r"[a-z][a-z0-9.-]{0,20}(:[0-9]{1,5})?", fullmatch=True)

@@ -16,6 +16,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 
 from vllm_specdec_plugin.cli.scrape import metrics_url
 from vllm_specdec_plugin.cli.status_figures import status_of
@@ -37,7 +38,7 @@ from vllm_specdec_plugin.platforms.memory import available_memory
 MEMORY_BOUND = 64 << 20
 """Peak bytes one example may allocate (the inputs are at most a few KiB)."""
 TIME_BOUND_MS = 3000
-PROPERTY = settings(max_examples=150, deadline=TIME_BOUND_MS,
+PROPERTY = settings(max_examples=examples(150), deadline=TIME_BOUND_MS,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                            HealthCheck.function_scoped_fixture])
 

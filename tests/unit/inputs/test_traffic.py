@@ -23,6 +23,7 @@ from vllm_specdec_plugin.inputs.traffic import (
 )
 
 USER = {"role": "user", "content": "hi"}
+NO_ANSWER = "no answer was logged (whatif replays the text the model answered)"
 
 
 def parse(*entries: Any, **kwargs: Any) -> TrafficFile:
@@ -147,14 +148,14 @@ def test_sharegpt_json_array_each_assistant_turn_with_its_history():
     assert traffic.records == sharegpt_expected(1)
     assert (traffic.format, traffic.entries, traffic.skipped) == ("sharegpt", 3, 1)
     assert traffic.first_bad == (2, "conversation 2: the conversation has no assistant turn "
-                                    "after another turn")
+                                    f"after another turn: {NO_ANSWER}")
 
 
 def test_sharegpt_conversations_one_per_jsonl_line():
     traffic = parse(*SHAREGPT)
     assert traffic.records == sharegpt_expected(1)
     assert traffic.first_bad == (2, "line 2: the conversation has no assistant turn after "
-                                    "another turn")
+                                    f"another turn: {NO_ANSWER}")
 
 
 # --- bad lines: each skipped with its own message ------------------------------------------
@@ -164,7 +165,16 @@ BAD_LINES = [
     (b'{"prompt": "\xff"}', "not UTF-8 (byte 0xff at offset 12)"),
     ("[1, 2]", "a list is not a request (one JSON object per line)"),
     ('"text"', "a string is not a request (one JSON object per line)"),
-    ({"prompt": "p"}, '"completion" is missing'),
+    ({"prompt": "p"}, f'"completion" is missing: {NO_ANSWER}'),
+    ({"prompt": "p", "completion": ""}, f'"completion" is empty: {NO_ANSWER}'),
+    ({"messages": [USER], "completion": ""}, f'"completion" is empty: {NO_ANSWER}'),
+    ({"messages": [USER]}, "the conversation has no assistant turn after another turn: "
+                           f"{NO_ANSWER}"),
+    ({"request": {"prompt": "p"}, "response": {"choices": [{"text": ""}]}},
+     f'"response.choices[0].text" is empty: {NO_ANSWER}'),
+    ({"conversations": [{"from": "human", "value": "q"}, {"from": "gpt", "value": ""},
+                        {"from": "human", "value": "q2"}, {"from": "gpt", "value": None}]},
+     f"2 assistant turn(s) after another turn, all empty: {NO_ANSWER}"),
     ({"prompt": 3, "completion": "c"}, '"prompt" is a number, not a string'),
     ({"prompt": "p", "completion": ["c"]}, '"completion" is a list, not a string'),
     ({"completion": "c"}, '"prompt" is missing'),
@@ -210,7 +220,7 @@ BAD_LINES = [
     ({"request": {"prompt": ["a", "b"]}, "response": {"choices": [{"text": "x"}]}},
      '"request.prompt" is a batch of 2 prompts (replayed: one prompt a request)'),
     ({"request": {"prompt": "p"}, "response": {"choices": [{"index": 0}]}},
-     '"response.choices[0].text" is missing'),
+     f'"response.choices[0].text" is missing: {NO_ANSWER}'),
     ({"request": {"prompt": "p"}, "response": {"choices": [7]}},
      '"response.choices[0]" is a number, not an object'),
     ({"request": {"messages": [USER]}, "response": {"choices": [{"text": "x"}]}},
@@ -218,7 +228,7 @@ BAD_LINES = [
     ({"request": {"prompt": "p"}, "response": {"choices": [{"text": "x", "token_ids": [1.5]}]}},
      '"response.choices[0].token_ids" is not a list of token ids (item 0 is a number)'),
     ({"conversations": [{"from": "gpt", "value": "first"}]},
-     "the conversation has no assistant turn after another turn"),
+     f"the conversation has no assistant turn after another turn: {NO_ANSWER}"),
     ({"conversations": [{"from": "human", "value": "q"}, {"from": "gpt", "value": None},
                         {"from": "x", "value": "y"}]},
      "\"conversations[2].from\" is 'x' (known: system, developer, user, human, "

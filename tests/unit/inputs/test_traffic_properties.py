@@ -20,6 +20,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 
 from vllm_specdec_plugin.core.limits import MAX_TRAFFIC_MESSAGES, MAX_TRAFFIC_TEXT_CHARS, MIB
 from vllm_specdec_plugin.inputs.traffic import (
@@ -34,7 +35,7 @@ MEMORY_BOUND = 16 << 20
 """Peak bytes one example may allocate (inputs are a few KiB; the line bounds are lowered)."""
 TIME_BOUND_S = 2.0
 """Seconds one example may take (tracemalloc on, 2 shared cores)."""
-PROPERTY = settings(derandomize=True, deadline=None, max_examples=300,
+PROPERTY = settings(derandomize=True, deadline=None, max_examples=examples(300),
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 KEYS = ["prompt", "completion", "messages", "role", "content", "request", "response", "choices",
         "text", "message", "token_ids", "prompt_token_ids", "completion_token_ids", "type",
@@ -200,14 +201,17 @@ def entry(draw: st.DrawFn) -> tuple[dict[str, Any], list[TrafficRecord]]:
             obj["messages"] = [{"role": "user",
                                 "content": [{"type": "text", "text": t} for t in parts]}]
             messages = ({"role": "user", "content": "\n".join(parts)},)
+        answered = bool(completion or ids[1])  # an empty answer without its ids: no answer
         return ({**obj, "completion": completion, **extra},
-                [TrafficRecord(0, None if messages else prompt, messages, completion, *ids)])
+                [TrafficRecord(0, None if messages else prompt, messages, completion, *ids)]
+                if answered else [])
     if kind == "sharegpt":
         turns = draw(st.lists(st.tuples(st.sampled_from(sorted(SHAREGPT_ROLES)), TEXT),
                               min_size=1, max_size=6))
         history = tuple({"role": SHAREGPT_ROLES[who], "content": text} for who, text in turns)
         records = [TrafficRecord(0, None, history[:i], turn["content"])
-                   for i, turn in enumerate(history) if i and turn["role"] == "assistant"]
+                   for i, turn in enumerate(history)
+                   if i and turn["role"] == "assistant" and turn["content"]]
         return ({"conversations": [{"from": who, "value": text} for who, text in turns]},
                 records)
     choices = draw(st.lists(st.tuples(st.text(min_size=1, max_size=30), st.none() | IDS),

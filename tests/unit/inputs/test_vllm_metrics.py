@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 
 from vllm_specdec_plugin.inputs.vllm_metrics import (
     ACCEPTED,
@@ -185,7 +186,7 @@ def test_vllm_text_reads_as_prometheus_client_reads_it() -> None:
     assert ours(VLLM_TEXT) == library_samples(VLLM_TEXT)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(exposition())
 def test_valid_text_reads_as_prometheus_client_reads_it(case) -> None:
     text, expected = case

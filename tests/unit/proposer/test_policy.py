@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 
 from vllm_specdec_plugin.proposer.acceptance import (
     Calibration,
@@ -199,7 +200,7 @@ row_values = st.lists(st.floats(0.0, 1.0, allow_nan=False), max_size=16).map(
     lambda values: sorted(values, reverse=True))
 
 
-@settings(max_examples=300, deadline=1000)
+@settings(max_examples=examples(300), deadline=1000)
 @given(values=st.lists(row_values, max_size=40), fixed=st.floats(0.001, 0.5),
        per_token=st.floats(0.0, 0.01), switch=st.floats(0.0, 0.05),
        margin=st.floats(0.0, 0.3))

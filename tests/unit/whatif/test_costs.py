@@ -4,6 +4,7 @@ bad input as one line, and a measured curve completed from a prior."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -117,13 +118,35 @@ def export(buckets: dict, **fields: object) -> str:
     (export({}), "holds no measured bucket yet"),
     (export({"1-2": bucket()}), "bucket '1-2' is not a batch bucket"),
     (export({"1-1": 3}), "buckets['1-1'] must be an object"),
-    (export({"1-1": bucket(per_token_s=-0.001)}), "per_token_s must be a non-negative number"),
-    (export({"1-1": bucket(switch_s="0.1")}), "switch_s must be a non-negative number"),
-    (export({"1-1": bucket(no_draft_s=True)}), "no_draft_s must be a non-negative number"),
-    (export({"1-1": bucket(no_draft_s=0)}), "no_draft_s must be above 0 seconds"),
-    (export({"1-1": bucket(rows=0.5)}), "rows must be a number of at least 1"),
-    (export({"1-1": bucket(rows=None)}), "rows must be a number of at least 1"),
-    (export({"1-1": bucket()}, fixed_tokens=-1), "fixed_tokens must be a non-negative number"),
+    (export({"1-1": bucket(per_token_s=-0.001)}),
+     "buckets['1-1'].per_token_s -0.001 is outside the physical range (0 to 600 seconds)"),
+    (export({"1-1": bucket(switch_s="0.1")}), "buckets['1-1'].switch_s must be a number, got "
+                                              "'0.1'"),
+    (export({"1-1": bucket(no_draft_s=True)}), "no_draft_s must be a number, got True"),
+    (export({"1-1": bucket(no_draft_s=0)}),
+     "buckets['1-1'].no_draft_s 0 is outside the physical range (1e-06 to 600 seconds)"),
+    (export({"1-1": bucket(no_draft_s=-0.01)}), "no_draft_s -0.01 is outside"),
+    (export({"1-1": bucket(no_draft_s=1e300)}),
+     "buckets['1-1'].no_draft_s 1e+300 is outside the physical range (1e-06 to 600 seconds)"),
+    (export({"1-1": bucket(no_draft_s=601)}), "no_draft_s 601 is outside"),
+    (export({"1-1": bucket(switch_s=1e300)}), "switch_s 1e+300 is outside"),
+    (export({"1-1": bucket(per_token_s=1e300)}), "per_token_s 1e+300 is outside"),
+    (export({"1-1": bucket(rows=0.5)}),
+     "buckets['1-1'].rows 0.5 is outside the physical range (1 to 1 rows, the batch sizes of "
+     "bucket 1-1)"),
+    (export({"4-7": bucket(rows=1e308)}),
+     "buckets['4-7'].rows 1e+308 is outside the physical range (4 to 7 rows, the batch sizes "
+     "of bucket 4-7)"),
+    (export({"4-7": bucket(rows=8)}), "buckets['4-7'].rows 8 is outside"),
+    (export({"4-7": bucket(rows=3.5)}), "buckets['4-7'].rows 3.5 is outside"),
+    (export({"1-1": bucket(rows=None)}), "buckets['1-1'].rows must be a number, got None"),
+    (export({"1-1": bucket()}, fixed_tokens=-1),
+     "fixed_tokens -1 is outside the physical range (0 to 1e+06 tokens)"),
+    (export({"1-1": bucket()}, fixed_tokens=1e308), "fixed_tokens 1e+308 is outside"),
+    ('{"rows>=4": {"no_draft_s": 0.01, "switch_s": 0, "per_token_s": 0, "rows": 1e308}}',
+     "step_costs['rows>=4'].rows 1e+308 is outside the physical range (4 to 7 rows"),
+    ('{"rows>=1": {"no_draft_s": 1e300, "switch_s": 0, "per_token_s": 0}}',
+     "step_costs['rows>=1'].no_draft_s 1e+300 is outside"),
     ('{"rows>=3": {"no_draft_s": 0.01}}', "key 'rows>=3' is not \"rows>=N\" of a bucket"),
     ('{"rows>=1": {"no_draft_s": null}}', "holds no measured bucket yet"),
     ("[" * 100 + "]" * 100, "nests"),
@@ -144,13 +167,38 @@ def test_unreadable_files(tmp_path):
     bad_utf8 = tmp_path / "latin1.json"
     bad_utf8.write_bytes(b'{"step_costs": "\xe9"}')
     for path, says in ((tmp_path / "absent.json", "cannot be read (No such file"),
-                       (tmp_path, "cannot be read (is a directory)"),
+                       (tmp_path, "is a directory, not a regular file"),
                        (big, "cannot be read (larger than 1048576 bytes); keep a `status "
                              "--watch` stream's last line (`tail -n 1 FILE > costs.json`)"),
                        (bad_utf8, "is not UTF-8 text (byte 0xe9")):
         with pytest.raises(CostsError, match=r"--costs .*") as caught:
             load_costs(str(path))
         assert says in str(caught.value) and "vllm-specdec status" in str(caught.value)
+
+
+def test_fifos_and_devices_are_refused_without_waiting(tmp_path):
+    """A FIFO without a writer would block the open forever; a device is not a file. Each
+    is refused from its type, before any read (run bounded: a regression fails, not hangs)."""
+    from support.bounded import run_bounded
+
+    fifo = tmp_path / "costs.fifo"
+    os.mkfifo(fifo)
+    done = run_bounded(f"""
+        from vllm_specdec_plugin.whatif.costs import CostsError, load_costs
+        for path in ({str(fifo)!r}, "/dev/zero", "/dev/null"):
+            try:
+                load_costs(path)
+            except CostsError as exc:
+                print(exc.message)
+        """, timeout_s=20)
+    assert done.returncode == 0, done
+    fix = "save the costs to a file (`vllm-specdec status --url URL --json > costs.json`)"
+    assert done.stdout.splitlines() == [
+        f"--costs '{fifo}': is a FIFO (named pipe), not a regular file; {fix} and give its path",
+        f"--costs '/dev/zero': is a character device, not a regular file; {fix} and give its "
+        "path",
+        f"--costs '/dev/null': is a character device, not a regular file; {fix} and give its "
+        "path"]
 
 
 def prior_curve(no_draft: float = 0.01) -> StepCostCurve:

@@ -165,6 +165,8 @@ def test_total_token_bound_stops_and_says_so(tok):
     result = tokenize_traffic(tok, records, progress=progress.append,
                               max_total_tokens=2 * each + 1)
     assert len(result.requests) == 2 and result.truncated and sum(progress) == 2
+    assert result.stop_reason == (f"stopped at {2 * each + 1:,} tokens in all (the bound on "
+                                  "tokens held for the replay); the rest was not tokenized")
 
 
 def test_model_directory_problems_are_one_line(tmp_path, plain_dir):

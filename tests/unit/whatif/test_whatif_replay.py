@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 
 from vllm_specdec_plugin.core.errors import SpecDecodeConfigError
 from vllm_specdec_plugin.proposer.proposer import AdaptiveProposer
@@ -154,7 +155,7 @@ def columns(result: ReplayResult) -> tuple[list[tuple[int, int, int, int]], list
 tokens = st.lists(st.integers(0, 5), min_size=1, max_size=60)  # small vocabulary: repeats
 
 
-@settings(derandomize=True, deadline=None, max_examples=30)
+@settings(derandomize=True, deadline=None, max_examples=examples(30))
 @given(pairs=st.lists(st.tuples(tokens, tokens), min_size=1, max_size=3),
        k=st.integers(1, 6), low=st.integers(1, 3), extra=st.integers(0, 2),
        room=st.integers(0, 80))
@@ -184,7 +185,7 @@ suffix_only = pytest.mark.skipif(not replay_module._suffix_available(),
 
 
 @suffix_only
-@settings(derandomize=True, deadline=None, max_examples=15)
+@settings(derandomize=True, deadline=None, max_examples=examples(15))
 @given(pairs=st.lists(st.tuples(tokens, tokens), min_size=1, max_size=4),
        k=st.integers(1, 8), room=st.integers(0, 80))
 def test_suffix_replay_equals_vllms_suffix_proposer(pairs, k, room):

@@ -8,12 +8,14 @@ and what it answers is written into `Scheduler.dynamic_sd_lookup`, the dense lis
 0.33 read at the end of every `schedule()` to set `num_spec_tokens_to_schedule`. Any other
 engine (no schedule, a user's or a tuned preset's schedule, data parallelism: vLLM builds no
 lookup) runs vLLM's code untouched after one check per scheduler. The controller's state is
-written for `/metrics` (`engine/schedule_report.py`) at most once a second.
+written for `/metrics` (`engine/schedule_report.py`) at most every `REPORT_EVERY_S` (5 s).
 
 A step's time runs from `schedule()` to the end of `update_from_output()`, so idle gaps between
-steps never count; a step with a prefill chunk in it is not measured (`Step.clean`). The async
-scheduler (`AsyncScheduler`) inherits both methods, so it is covered by the same wrappers; its
-steps overlap, which the pairing by block tolerates (docs/schedule-controller.md).
+steps never count; a step with a prefill chunk in it is not measured (`Step.clean`), nor one
+with a request a client capped (`core_sched_request_caps.py`). The async scheduler
+(`AsyncScheduler`) inherits both methods, so it runs the same wrappers; there `schedule(n+1)`
+runs before `update_from_output(n)` and a step's window spans about two engine cycles (not yet
+timed per cycle: issue 37).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from vllm_specdec_plugin.core.schedule_control import ScheduleController, Step
 from vllm_specdec_plugin.core.step_cost import bucket_bounds
 from vllm_specdec_plugin.core.switchback import Switchback, parse_arms
 from vllm_specdec_plugin.engine import patching
+from vllm_specdec_plugin.engine.changes.core_sched_request_caps import CAPS, capped_in
 from vllm_specdec_plugin.engine.patching import Change, apply_patch, prove
 
 MODULE = "vllm.v1.core.sched.scheduler"
@@ -49,11 +52,14 @@ class ControlledScheduler:
 
     def __init__(self, scheduler: Any, spec: dict[str, Any]) -> None:
         self.lookup: list[int] = scheduler.dynamic_sd_lookup
+        # Where `core_sched_request_caps` keeps the requests a client capped (read per step).
+        self.scheduler_state: dict[str, Any] = scheduler.__dict__
         self.prior = list(self.lookup)
         # The values of vLLM's dense lookup (index 0 unused), not of the configured ranges:
         # Model Runner V2 captures decode graphs for exactly these (vLLM 0.33
         # cudagraph_utils: `dense_schedule[1:]`), so no other k may be written.
         self.k_set = tuple(sorted(set(self.lookup[1:])))
+        self.graph_tokens = graph_ceiling(getattr(scheduler, "vllm_config", None))
         self.restart(spec.get("switchback"))
         self.report_path: str | None = spec.get("report")
         from vllm_specdec_plugin.core.redact import redact_uri
@@ -61,6 +67,11 @@ class ControlledScheduler:
 
         self.model_name = redact_uri(served_model_name(getattr(scheduler, "vllm_config", None)))
         self.started: deque[tuple[Any, float]] = deque(maxlen=4)
+        self.last_end = 0.0
+        """When the previous step's `update_from_output()` ended (0: none yet)."""
+        self.busy = False
+        """Whether requests were left running then: the engine went straight on to its next
+        cycle (post-step draft work included), so that gap is the next step's, not idle."""
         self.own_s = 0.0
         """Seconds in the controller's per-step path (both wrappers), snapshot writes apart."""
         self.report_s = 0.0
@@ -75,25 +86,40 @@ class ControlledScheduler:
         (a warm-up with the controller alone, then its arms, keeping what it learned)."""
         if fresh:
             self.lookup[:] = self.prior
-            self.controller = ScheduleController(self.prior, self.k_set)
+            self.controller = ScheduleController(self.prior, self.k_set,
+                                                 max_graph_tokens=self.graph_tokens)
         self.switchback = (Switchback(self.controller, parse_arms(arms, self.k_set))
                            if arms else None)
 
-    def observe(self, output: Any, runner_output: Any, end: float) -> None:
-        """One step done: time it, count it, feed it, write what the controller answers."""
+    def observe(self, output: Any, runner_output: Any, end: float, running: bool) -> None:
+        """One step done: time it, count it, feed it, write what the controller answers.
+
+        A step's time is one whole engine cycle: from the end of the previous step's update to
+        the end of this one (its schedule, forward pass, update and the post-step draft work in
+        between), so the synchronous engine and the asynchronous one (where `schedule(n+1)` runs
+        before `update(n)`, vLLM's `step_with_batch_queue`) measure the same thing; after an idle
+        gap (nothing was running) it starts at this step's `schedule()`."""
         start = None
         for started, at in self.started:
             if started is output:
                 start = at
                 break
         batch = len(output.num_scheduled_tokens)
+        previous, busy = self.last_end, self.busy
+        self.last_end, self.busy = end, running
         if start is None or not batch:
             return
+        if busy and previous > 0.0:
+            start = previous
         spec_tokens = output.scheduled_spec_decode_tokens
         drafted = sum(map(len, spec_tokens.values())) if spec_tokens else 0
         sampled = runner_output.sampled_token_ids
         tokens = sum(map(len, sampled)) if sampled.__class__ is list else 0
         clean = output.total_num_scheduled_tokens == batch + drafted and tokens >= batch
+        if clean and self.scheduler_state.get(CAPS):
+            # A row a client capped drafts fewer tokens than the step's k for its own reason:
+            # such a step is no evidence about k (docs/operations.md, per-request speculation).
+            clean = not capped_in(self.scheduler_state, output.num_scheduled_tokens)
         # tuple.__new__: a Step without the Python-level __new__ a NamedTuple call runs (this is
         # the per-step path; every call counts in a cache-cold engine step).
         step = tuple.__new__(Step, (batch, output.num_spec_tokens_to_schedule, end - start,
@@ -134,11 +160,26 @@ class ControlledScheduler:
         try:
             publish(data)
             write_atomically(self.report_path, json.dumps(data))
-        except OSError as exc:  # a full disk must not stop the engine: say it once, stop writing
+        except Exception as exc:  # a full disk or a registry clash must not stop the engine or
+            # the controller: say it once, stop writing
             patching.log(logging.WARNING, "vllm-specdec-plugin: schedule controller: "
                          "cannot write %s (%s); /metrics will not show its gauges",
                          self.report_path, exc)
             self.report_path = None
+
+
+def graph_ceiling(vllm_config: Any) -> int | None:
+    """The most query tokens a captured decode graph holds (`max_cudagraph_capture_size`), or
+    None where the engine captures none (CPU, enforce_eager, cudagraph_mode NONE)."""
+    compilation = getattr(vllm_config, "compilation_config", None)
+    if compilation is None or getattr(getattr(vllm_config, "model_config", None),
+                                       "enforce_eager", False):
+        return None
+    mode = getattr(compilation, "cudagraph_mode", None)
+    size = getattr(compilation, "max_cudagraph_capture_size", None)
+    if mode is None or str(getattr(mode, "name", mode)).upper() == "NONE" or not size:
+        return None
+    return int(size)
 
 
 def control_spec() -> dict[str, Any] | None:
@@ -163,8 +204,15 @@ def runtime_of(scheduler: Any) -> ControlledScheduler | None:
     lookup = getattr(scheduler, "dynamic_sd_lookup", None)
     speculative = getattr(getattr(scheduler, "vllm_config", None), "speculative_config", None)
     ranges = getattr(speculative, "num_speculative_tokens_per_batch_size", None)
+    parallel = getattr(getattr(scheduler, "vllm_config", None), "parallel_config", None)
     # Only the schedule the plugin chose: a user's own ranges are never rewritten.
     if spec is not None and isinstance(lookup, list) and len(lookup) > 1 and ranges is not None \
+            and [list(map(int, r)) for r in ranges] == spec["schedule"] \
+            and getattr(parallel, "pipeline_parallel_size", 1) > 1:
+        # Several batches in flight: a step's start is not its batch's (not measured there).
+        patching.log(logging.INFO, "vllm-specdec-plugin: schedule controller off under "
+                     "pipeline parallelism; the load-aware schedule stays the fixed table")
+    elif spec is not None and isinstance(lookup, list) and len(lookup) > 1 and ranges is not None \
             and [list(map(int, r)) for r in ranges] == spec["schedule"]:
         try:
             runtime = ControlledScheduler(scheduler, spec)
@@ -223,7 +271,7 @@ def _patch_scheduler(announce: bool) -> None:
             end = time.perf_counter()
             report_s = runtime.report_s
             try:
-                runtime.observe(scheduler_output, model_runner_output, end)
+                runtime.observe(scheduler_output, model_runner_output, end, bool(self.running))
             except Exception as exc:  # the controller must never take the engine down
                 give_up(self, runtime, exc)
                 return result
@@ -289,7 +337,13 @@ def configure(decision: Any, environ: Any = os.environ) -> str | None:
             raise SpecDecodeConfigError(f"{ENV_SWITCHBACK} is refused: {exc}") from None
     import tempfile
 
-    report = os.path.join(tempfile.mkdtemp(prefix="vllm-specdec-"), "schedule.json")
+    try:
+        report: str | None = os.path.join(tempfile.mkdtemp(prefix="vllm-specdec-"),
+                                          "schedule.json")
+    except OSError as exc:  # a read-only /tmp: the controller runs, /metrics lacks its gauges
+        patching.log(logging.WARNING, "vllm-specdec-plugin: schedule controller: no temporary "
+                     "directory for its /metrics snapshot (%s); it runs without its gauges", exc)
+        report = None
     environ[CONTROL_ENV] = json.dumps({"schedule": [list(map(int, r)) for r in schedule],
                                        "switchback": arms, "report": report})
     return report

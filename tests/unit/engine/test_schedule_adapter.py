@@ -1,0 +1,59 @@
+"""The schedule controller's adapter (`engine/changes/core_sched_scheduler.py`) reading vLLM's
+own config objects: the largest captured decode graph, and a report directory that cannot be
+made (a read-only /tmp) leaving the controller on without its gauges."""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from types import SimpleNamespace
+
+import pytest
+
+from vllm_specdec_plugin.engine.changes.core_sched_scheduler import (
+    CONTROL_ENV,
+    configure,
+    graph_ceiling,
+)
+
+
+def config(eager: bool = False, **compilation: object) -> SimpleNamespace:
+    from vllm.config import CompilationConfig
+
+    return SimpleNamespace(compilation_config=CompilationConfig(**compilation),
+                           model_config=SimpleNamespace(enforce_eager=eager))
+
+
+def test_graph_ceiling_is_vllms_capture_size_where_graphs_are_captured():
+    from vllm.config import CUDAGraphMode
+
+    assert graph_ceiling(config(cudagraph_mode=CUDAGraphMode.FULL_AND_PIECEWISE,
+                                max_cudagraph_capture_size=512)) == 512
+    assert graph_ceiling(config(cudagraph_mode=CUDAGraphMode.PIECEWISE,
+                                max_cudagraph_capture_size=256)) == 256
+
+
+@pytest.mark.parametrize("case", ["none-mode", "eager", "no-config"])
+def test_no_graphs_no_ceiling(case):
+    from vllm.config import CUDAGraphMode
+
+    found = {"none-mode": config(cudagraph_mode=CUDAGraphMode.NONE,
+                                 max_cudagraph_capture_size=512),
+             "eager": config(eager=True, cudagraph_mode=CUDAGraphMode.FULL_AND_PIECEWISE,
+                             max_cudagraph_capture_size=512),
+             "no-config": None}[case]
+    assert graph_ceiling(found) is None
+
+
+def test_an_unwritable_temp_dir_keeps_the_controller_without_its_gauges(monkeypatch,
+                                                                       plugin_log):
+    def refuse(prefix: str = "") -> str:
+        raise PermissionError(30, "Read-only file system", "/tmp")
+
+    monkeypatch.setattr(tempfile, "mkdtemp", refuse)
+    decision = SimpleNamespace(schedule_control=True, speculative_config={
+        "num_speculative_tokens_per_batch_size": [[1, 4, 5], [5, 8, 2], [9, 65536, 0]]})
+    environ: dict[str, str] = {}
+    assert configure(decision, environ) is None
+    assert '"report": null' in environ[CONTROL_ENV]  # the controller still runs
+    assert any("Read-only file system" in line for line in plugin_log.at(logging.WARNING))
