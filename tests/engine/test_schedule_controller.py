@@ -54,7 +54,7 @@ def test_controller_moves_to_k0_where_drafting_costs_more(tiny_llama, tmp_path):
     pays a stand-in verifier cost (4 ms per draft token, a sleep in the executor's
     execute_model), far above what the drafts return on this tiny model."""
     spec = {"model": str(tiny_llama), "prompts": [LOOP + str(i) for i in range(4)],
-            "max_tokens": 900, "max_num_seqs": 16, "draft_cost_s": 0.004}
+            "max_tokens": 2000, "max_num_seqs": 16, "draft_cost_s": 0.004}
     out = run(spec, clean_env(OPT_IN, tmp_path))
     cell = out["snapshot"]["buckets"]["4-7"]
     assert cell["prior"] == 2 and cell["k"] == 0, cell
