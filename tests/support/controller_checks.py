@@ -13,8 +13,9 @@ from conftest import clean_env
 CONTRACT = Path(__file__).resolve().parent / "controller_contract.py"
 
 
-def contract(python: str, model: str, tmp_path: Path) -> dict:
-    proc = subprocess.run([python, str(CONTRACT), model], capture_output=True, text=True,
+def contract(python: str, model: str, tmp_path: Path, script: Path = CONTRACT) -> dict:
+    """`script MODEL` in the venv of `python`: its last stdout line, as JSON."""
+    proc = subprocess.run([python, str(script), model], capture_output=True, text=True,
                           env=clean_env(tmp=tmp_path), timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -48,10 +49,7 @@ CAPS_CONTRACT = Path(__file__).resolve().parent / "request_caps_contract.py"
 
 
 def caps_contract(python: str, model: str, tmp_path: Path) -> dict:
-    proc = subprocess.run([python, str(CAPS_CONTRACT), model], capture_output=True, text=True,
-                          env=clean_env(tmp=tmp_path), timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return contract(python, model, tmp_path, CAPS_CONTRACT)
 
 
 def check_caps_contract(found: dict) -> None:
