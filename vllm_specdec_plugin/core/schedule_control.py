@@ -21,7 +21,7 @@ is flat in the batch (a GPU at small batch) that is tokens per row-second, where
 (identical arms across batch jumps in 16-31: a pair spreads 9-10% so, 1-2% with the fit).
 Blocks are of equal time, not steps (`block_steps` incumbent steps' worth), and the neighbours
 are pooled by time, so a slow-stepping k is not given more of the text (a copying passage) than
-the k it is compared with. A block holding a stall is dropped, with its pair.
+the k it is compared with. A stalled step is left out of its block.
 
 A step is measured only when settled: decode only, at the same k as the step before (a step
 verifies the previous step's drafts); its time runs from `schedule()` to the end of
@@ -96,9 +96,10 @@ class ControllerParams:
     """The most incumbent blocks between explorations of one clearly worse arm: about 1 step in
     100 on each losing arm (one that costs 40% then costs 0.4% of the throughput)."""
     outlier: float = 5.0
-    """A block holding a step slower than this many times its arm's step-time envelope (a low
-    running quantile) is dropped, with its pair. A stall is 10-100x a GPU step; 3x dropped most
-    blocks of a tiny model's ms steps on a loaded 2-core host (18 of 400 steps kept)."""
+    """A step slower than this many times its arm's step-time envelope (a low running
+    quantile) is a stall and left out of its block, yield and time alike. A stall is 10-100x a
+    GPU step. Dropping the whole block with its pair instead kept too few pairs on a loaded
+    2-core host (tiny model, ms steps: no decision in 248 steps of a 4x effect)."""
 
 
 CONTROLLER_DEFAULTS = ControllerParams()
@@ -113,9 +114,8 @@ class _Block:
 
     def __init__(self, arm: int, low: float, target: float, cap: int) -> None:
         self.arm, self.low, self.target, self.cap = arm, low, target, cap
-        self.steps = self.rows = self.drafted = 0
+        self.steps = self.rows = self.drafted = self.stalled = 0
         self.yields = self.time = self.seconds = 0.0
-        self.stalled = False
 
 
 Measure = tuple[float, float, float]  # a closed block: sum of yield per row, time, row-steps
@@ -139,6 +139,8 @@ class BucketState:
     last_seen: int = 0
     switches: int = 0
     steps: int = 0
+    stalls: int = 0
+    """Steps left out as stalls (`ControllerParams.outlier`)."""
     explore_steps: int = 0
     turn: list[int] = field(default_factory=list)
     history: list[tuple[int, int]] = field(default_factory=list)
@@ -231,19 +233,21 @@ class ScheduleController:
             return None
         shape = state.shape
         time = seconds / (shape.c0 + shape.c1 * batch)
-        block.steps += 1
-        block.yields += tokens / batch
-        block.time += time
-        block.rows += batch
-        block.seconds += seconds
-        block.drafted += drafted
         low = block.low
         if time < low:
             block.low = time
         else:
             block.low = low * RISE
             if time > self.params.outlier * low:
-                block.stalled = True
+                # A stall says nothing about k: the step is left out, yield and time alike.
+                block.stalled += 1
+                return None
+        block.steps += 1
+        block.yields += tokens / batch
+        block.time += time
+        block.rows += batch
+        block.seconds += seconds
+        block.drafted += drafted
         if block.time < block.target and block.steps < block.cap:
             return None
         return self._close_block(state)
@@ -252,11 +256,7 @@ class ScheduleController:
         block, n = state.block, state.block.steps
         estimate = state.arms[block.arm]
         estimate.low = block.low
-        if block.stalled:
-            # A stall is no evidence about k: the block and the pair it belongs to are dropped.
-            state.pending = state.last_incumbent = None
-            state.block = self._new_block(state, state.incumbent)
-            return (state.key, state.incumbent) if block.arm != state.incumbent else None
+        state.stalls += block.stalled
         state.steps += n
         # The shared cost model learns from the block's mean step (once a block, not a step).
         self.costs.observe(round(block.rows / n), round(block.drafted / n), block.seconds / n)
