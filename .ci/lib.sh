@@ -17,7 +17,7 @@ step() { echo "[$LIB_NAME] +$(( $(date +%s) - LIB_START ))s $*"; }
 pip_q() {
     local drop="is ignored: it is neither a file nor a directory|^ERROR: pip's dependency resolver does not currently take into account"
     [[ -n "${PIP_QUIET_EXTRA:-}" ]] && drop="$drop|$PIP_QUIET_EXTRA"
-    "$VENV/bin/pip" install -q --no-input "$@" 2>&1 | { grep -v -E "$drop" || true; }
+    "$VENV/bin/pip" install -q --no-input --no-compile "$@" 2>&1 | { grep -v -E "$drop" || true; }
 }
 
 stamp_value() {
@@ -30,7 +30,10 @@ stamp_matches() {  # FILE VALUE [--force]
 
 install_project() {
     if [[ -f "$ROOT/pyproject.toml" ]]; then
-        pip_q --no-deps -e "$ROOT"
+        # One editable build at a time: scripts/test.sh builds the environments side by side,
+        # and each build writes the same egg-info into the checkout.
+        mkdir -p "$ROOT/.cache"
+        ( flock 9; pip_q --no-deps -e "$ROOT" ) 9>"$ROOT/.cache/project-install.lock"
     else
         echo "[$LIB_NAME] no $ROOT/pyproject.toml yet: project not installed"
     fi

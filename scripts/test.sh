@@ -15,14 +15,27 @@ if [[ "${1:-}" == "--fast" ]]; then
   shift
 fi
 start=$(date +%s)
+# The three environments are built side by side: installing is mostly unpacking wheels from the
+# pip cache (one at a time, 450 s on 2 cores; side by side, 175 s).
+logs=$(mktemp -d)
+# vllm-rbln 0.12 + vLLM 0.30 (tests/compat/test_rbln.py runs the RBLN rules against their code)
+bash .ci/setup-rbln-env.sh >"$logs/rbln" 2>&1 & rbln=$!
+# vLLM 0.33.0, the GPU hosts' vLLM (tests/compat/test_vllm033.py runs its config layer on its own
+# CudaPlatform with the driver stood in)
+bash .ci/setup-vllm033-env.sh >"$logs/vllm033" 2>&1 & vllm033=$!
 bash scripts/setup-env.sh
 # promtool for the alert unit tests (tests/deploy/): Debian's prometheus
 bash .ci/setup-tools.sh
-# vllm-rbln 0.12 + vLLM 0.30 (tests/compat/test_rbln.py runs the RBLN rules against their code)
-bash .ci/setup-rbln-env.sh
-# vLLM 0.33.0, the GPU hosts' vLLM (tests/compat/test_vllm033.py runs its config layer on its own
-# CudaPlatform with the driver stood in)
-bash .ci/setup-vllm033-env.sh
+failed=0
+wait "$rbln" || failed=1
+cat "$logs/rbln"
+wait "$vllm033" || failed=1
+cat "$logs/vllm033"
+rm -rf "$logs"
+if [[ $failed != 0 ]]; then
+  echo "test.sh: an environment failed to build (its output is above)" >&2
+  exit 1
+fi
 . .venv/bin/activate
 ruff check vllm_specdec_plugin tests benchmarks
 # The type checker (strict on the pure core; pyproject.toml [tool.mypy]).

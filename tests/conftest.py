@@ -21,7 +21,7 @@ TESTS = Path(__file__).parent
 sys.path.insert(0, str(TESTS))
 
 from ci_rule import in_ci, pytest_runtest_makereport, unavailable  # noqa: E402, F401
-from support import examples, process_count  # noqa: E402
+from support import engine_layout, examples, process_count  # noqa: E402
 from support.checkpoints import NGRAM_PROMPTS, build_tiny_llama  # noqa: E402
 
 from vllm_specdec_plugin.assembly import capabilities_for  # noqa: E402
@@ -36,6 +36,7 @@ PLUGIN_ENV = (*settings.PLUGIN_ENV, "VLLM_PLUGINS")
 
 
 process_count.install()  # SPECDEC_COUNT_PROCESSES=FILE: vLLM processes per test file
+engine_layout.bind_this_worker()  # one core per pytest-xdist worker
 # Hypothesis: "ci" (the default: each test's own bounded count) or "deep"
 # (tests/support/examples.py)
 hypothesis_settings.register_profile("ci", print_blob=True)
@@ -47,11 +48,18 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     process_count.write()
 
 
-def clean_env(extra: Mapping[str, str] | None = None, tmp: Path | None = None) -> dict[str, str]:
-    """A process env with no plugin inputs, offline, pointing default files at `tmp`."""
+def clean_env(extra: Mapping[str, str] | None = None, tmp: Path | None = None,
+              production_layout: bool = False) -> dict[str, str]:
+    """A process env with no plugin inputs, offline, pointing default files at `tmp`; an
+    offline engine runs in process unless `production_layout` (tests/support/engine_layout.py;
+    `vllm serve` always runs its engine core in a process of its own)."""
     env = {k: v for k, v in os.environ.items() if k not in PLUGIN_ENV}
     env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
                 "DO_NOT_TRACK": "1", "PYTHONUNBUFFERED": "1", "VLLM_LOGGING_LEVEL": "INFO"})
+    if production_layout:
+        env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
+    else:
+        env.update(engine_layout.IN_PROCESS)
     if tmp is not None:  # keep the real default paths out of the tests
         env["KAITO_ANNOTATIONS_FILE"] = ""
     env.update(extra or {})

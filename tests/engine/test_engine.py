@@ -21,7 +21,10 @@ def baseline(tiny_llama, prompts, tmp_path_factory):
 
 
 def test_opt_in_runs_kaito_ngram_with_identical_tokens(tiny_llama, prompts, baseline, tmp_path):
-    result = run_engine({"model": str(tiny_llama)}, prompts, clean_env(OPT_IN, tmp_path))
+    """In vLLM's production layout (an engine-core and a worker process, the plugin loaded in
+    each through its entry point); the other engine tests run the engine in process."""
+    result = run_engine({"model": str(tiny_llama)}, prompts,
+                        clean_env(OPT_IN, tmp_path, production_layout=True))
     spec = result["speculative_config"]
     assert {k: spec[k] for k in KAITO_NGRAM} == KAITO_NGRAM
     # vLLM 0.32 has the per-batch-size schedule: the plugin's load-aware default rides on it.
@@ -147,7 +150,8 @@ def test_bad_annotation_refuses_to_start(tiny_llama, tmp_path):
 
 def test_two_worker_processes_run_one_decision(tiny_llama, prompts, tmp_path):
     """TP=2 on the CPU engine: the plugin loads in every process, decides once, both run it."""
-    env = clean_env({**OPT_IN, "VLLM_CPU_OMP_THREADS_BIND": "0|1"}, tmp_path)
+    env = clean_env({**OPT_IN, "VLLM_CPU_OMP_THREADS_BIND": "0|1"}, tmp_path,
+                    production_layout=True)
     result = run_engine({"model": str(tiny_llama), "tensor_parallel_size": 2}, prompts[:2], env)
     assert result["speculative_config"]["method"] == "ngram"
     assert result["metrics"]["vllm:spec_decode_num_drafts"] > 0

@@ -104,6 +104,19 @@ def opted_in(tiny_llama, prompts, tmp_path_factory) -> Iterator[Server]:
 
 
 @pytest.fixture(scope="class")
+def opted_in_static(tiny_llama, prompts, tmp_path_factory) -> Iterator[Server]:
+    """Opted in with the fixed schedule table (`VLLM_SPECDEC_SCHEDULE=static`: k=5 at batch 1
+    on every step): what a request drafts then depends on the request alone, not on where the
+    controller's exploration stands (a k=0 block or a bucket moved to k=0 on a loaded host
+    drafts nothing whatever the request allows)."""
+    env = clean_env({"KAITO_ENABLE_SPECULATIVE_DECODING": "true",
+                     "VLLM_SPECDEC_SCHEDULE": "static"}, tmp_path_factory.mktemp("x"))
+    with serving(tiny_llama, tmp_path_factory.mktemp("static"), env, []) as server:
+        server.answers = [server.complete(prompt) for prompt in prompts]
+        yield server
+
+
+@pytest.fixture(scope="class")
 def not_opted_in(tiny_llama, prompts, tmp_path_factory) -> Iterator[Server]:
     env = clean_env(tmp=tmp_path_factory.mktemp("x"))
     with serving(tiny_llama, tmp_path_factory.mktemp("plain"), env, []) as server:
@@ -158,15 +171,15 @@ class TestOptedIn:
 
 
 class TestRequestSpeculation:
-    """vllm_xargs.num_speculative_tokens on the same opted-in server (docs/operations.md,
-    per-request speculation): honoured per request on chat and completions, bad values refused
-    with a 400 naming the field, counted by label in /metrics."""
+    """vllm_xargs.num_speculative_tokens on an opted-in server with the fixed table
+    (docs/operations.md, per-request speculation): honoured per request on chat and
+    completions, bad values refused with a 400 naming the field, counted by label in /metrics."""
 
-    def test_zero_turns_speculation_off_for_that_request_only(self, opted_in: Server,
+    def test_zero_turns_speculation_off_for_that_request_only(self, opted_in_static: Server,
                                                               prompts) -> None:
-        off = opted_in.complete(prompts[0], vllm_xargs={"num_speculative_tokens": 0})
-        capped = opted_in.complete(prompts[0], vllm_xargs={"num_speculative_tokens": 1})
-        on = opted_in.answers[0]
+        off = opted_in_static.complete(prompts[0], vllm_xargs={"num_speculative_tokens": 0})
+        capped = opted_in_static.complete(prompts[0], vllm_xargs={"num_speculative_tokens": 1})
+        on = opted_in_static.answers[0]
         assert off["metrics"]["speculative_decoding"]["num_draft_tokens"] == 0
         drafted = capped["metrics"]["speculative_decoding"]["num_draft_tokens"]
         assert 0 < drafted <= capped["usage"]["completion_tokens"]  # at most 1 per step
@@ -174,7 +187,7 @@ class TestRequestSpeculation:
         # greedy: the same tokens whatever the request allowed
         assert off["choices"][0]["text"] == capped["choices"][0]["text"] \
             == on["choices"][0]["text"]
-        status, body = opted_in.post("chat/completions", {
+        status, body = opted_in_static.post("chat/completions", {
             "messages": [{"role": "user", "content": prompts[0]}], "max_tokens": 24,
             "temperature": 0, "vllm_xargs": {"num_speculative_tokens": 0}})
         assert status == 200, body
@@ -182,23 +195,23 @@ class TestRequestSpeculation:
 
     @pytest.mark.parametrize("value", ["five", -1, 2.5, 2.0, [1], "2"])
     @pytest.mark.parametrize("endpoint", ["completions", "chat/completions"])
-    def test_a_bad_value_is_a_400_naming_the_field(self, opted_in: Server, endpoint: str,
+    def test_a_bad_value_is_a_400_naming_the_field(self, opted_in_static: Server, endpoint: str,
                                                    value: object) -> None:
         body = {"max_tokens": 4, "vllm_xargs": {"num_speculative_tokens": value}}
         body.update({"prompt": "hi"} if endpoint == "completions"
                     else {"messages": [{"role": "user", "content": "hi"}]})
-        status, text = opted_in.post(endpoint, body)
+        status, text = opted_in_static.post(endpoint, body)
         assert status == 400, text
         message = json.loads(text)["error"]["message"]
         assert f"vllm_xargs.num_speculative_tokens={value!r} is refused" in message, message
         assert "expected a whole number >= 0" in message
-        assert opted_in.proc.poll() is None  # the engine goes on serving
+        assert opted_in_static.proc.poll() is None  # the engine goes on serving
 
-    def test_requests_are_counted_by_how_they_speculate(self, opted_in: Server,
+    def test_requests_are_counted_by_how_they_speculate(self, opted_in_static: Server,
                                                         prompts) -> None:
-        opted_in.complete(prompts[1], max_tokens=4, vllm_xargs={"num_speculative_tokens": 0})
-        opted_in.complete(prompts[1], max_tokens=4, vllm_xargs={"num_speculative_tokens": 2})
-        counts = {s.labels["speculation"]: s.value for s in parse_metrics(opted_in.metrics())
+        opted_in_static.complete(prompts[1], max_tokens=4, vllm_xargs={"num_speculative_tokens": 0})
+        opted_in_static.complete(prompts[1], max_tokens=4, vllm_xargs={"num_speculative_tokens": 2})
+        counts = {s.labels["speculation"]: s.value for s in parse_metrics(opted_in_static.metrics())
                   if s.name == "vllm_specdec_requests_total"}
         assert counts.get("off", 0) >= 1 and counts.get("capped", 0) >= 1, counts
         assert counts.get("on", 0) >= len(prompts), counts

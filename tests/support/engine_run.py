@@ -19,6 +19,8 @@ from __future__ import annotations
 import json
 import sys
 
+from engine_layout import llm_kwargs
+
 
 def spec_summary(config: object) -> dict | None:
     if config is None:
@@ -88,8 +90,8 @@ def main() -> None:
     spec = json.loads(sys.argv[1])
     from vllm import LLM, SamplingParams
 
-    kwargs = {"enforce_eager": True, "kv_cache_memory_bytes": 1 << 30, "max_model_len": 1024,
-              "disable_log_stats": False, **spec["llm"]}
+    kwargs = llm_kwargs({"enforce_eager": True, "kv_cache_memory_bytes": 1 << 30,
+                         "max_model_len": 1024, "disable_log_stats": False, **spec["llm"]})
     if spec.get("config_only"):
         config_only(kwargs)
         return

@@ -13,13 +13,15 @@ from __future__ import annotations
 import json
 import sys
 
+from engine_layout import llm_kwargs
+
 
 def main() -> None:
     spec = json.loads(sys.argv[1])
     from vllm import LLM, SamplingParams
 
-    kwargs = {"enforce_eager": True, "kv_cache_memory_bytes": 1 << 30, "max_model_len": 1024,
-              **spec["llm"]}
+    kwargs = llm_kwargs({"enforce_eager": True, "kv_cache_memory_bytes": 1 << 30,
+                         "max_model_len": 1024, **spec["llm"]})
     llm = LLM(**kwargs)
     batches = []
     for batch in spec["batches"]:

@@ -21,18 +21,13 @@ is flat in the batch (a GPU at small batch) that is tokens per row-second, where
 (identical arms across batch jumps in 16-31: a pair spreads 9-10% so, 1-2% with the fit).
 Blocks are of equal time, not steps (`block_steps` incumbent steps' worth), and the neighbours
 are pooled by time, so a slow-stepping k is not given more of the text (a copying passage) than
-the k it is compared with. A stalled step is left out of its block.
-
-A step is measured only when settled: decode only, at the same k as the step before (a step
+the k it is compared with. A stalled step is left out of its block. A step is measured only when settled: decode only, at the same k as the step before (a step
 verifies the previous step's drafts); its time runs from `schedule()` to the end of
 `update_from_output()`, so idle gaps never count. A bucket not visited for `STALE_STEPS` engine
 steps drops its block in progress and goes back to its incumbent k.
 
-Adaptation time (steps from a change of traffic until the bucket leaves the k it made worse, 20
-seeds; tests/unit/core/test_schedule_control_noise.py, docs/schedule-controller.md): batch 32,
-+-30%, median 430-510, at most 790; batch 1 (a pair spreads +-0.4), median 780 / at most 1800
-when k=5 starts winning by 40%, 2200 / 4100 when k=0 then wins by 10%. Learning a 10% edge
-from the prior at batch 1: median 1300-3700, 90% within 7000 steps.
+Adaptation times and error rates, measured on a synthetic engine: docs/schedule-controller.md
+(tests/unit/core/test_schedule_control_noise.py).
 """
 
 from __future__ import annotations
@@ -96,10 +91,11 @@ class ControllerParams:
     """The most incumbent blocks between explorations of one clearly worse arm: about 1 step in
     100 on each losing arm (one that costs 40% then costs 0.4% of the throughput)."""
     outlier: float = 5.0
-    """A step slower than this many times its arm's step-time envelope (a low running
-    quantile) is a stall and left out of its block, yield and time alike. A stall is 10-100x a
-    GPU step. Dropping the whole block with its pair instead kept too few pairs on a loaded
-    2-core host (tiny model, ms steps: no decision in 248 steps of a 4x effect)."""
+    """A step slower than this many times the slowest arm's step-time envelope (a low running
+    quantile) is a stall, left out of its block, yield and time alike. One threshold for all
+    arms: stalls come per second, not per step, so a per-arm one would drop more of the
+    fast-stepping arm's and favour it. Dropping the whole block with its pair kept too few
+    pairs on a loaded 2-core host (no decision in 248 steps of a 4x effect)."""
 
 
 CONTROLLER_DEFAULTS = ControllerParams()
@@ -141,6 +137,8 @@ class BucketState:
     steps: int = 0
     stalls: int = 0
     """Steps left out as stalls (`ControllerParams.outlier`)."""
+    slowest_low: float = 0.0
+    """The highest arm envelope: one stall threshold for every arm (see `outlier`)."""
     explore_steps: int = 0
     turn: list[int] = field(default_factory=list)
     history: list[tuple[int, int]] = field(default_factory=list)
@@ -238,7 +236,7 @@ class ScheduleController:
             block.low = time
         else:
             block.low = low * RISE
-            if time > self.params.outlier * low:
+            if time > self.params.outlier * max(low, state.slowest_low):
                 # A stall says nothing about k: the step is left out, yield and time alike.
                 block.stalled += 1
                 return None
@@ -256,6 +254,7 @@ class ScheduleController:
         block, n = state.block, state.block.steps
         estimate = state.arms[block.arm]
         estimate.low = block.low
+        state.slowest_low = max(a.low for a in state.arms.values() if a.low < math.inf)
         state.stalls += block.stalled
         state.steps += n
         # The shared cost model learns from the block's mean step (once a block, not a step).
