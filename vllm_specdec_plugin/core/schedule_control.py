@@ -21,13 +21,13 @@ is flat in the batch (a GPU at small batch) that is tokens per row-second, where
 (identical arms across batch jumps in 16-31: a pair spreads 9-10% so, 1-2% with the fit).
 Blocks are of equal time, not steps (`block_steps` incumbent steps' worth), and the neighbours
 are pooled by time, so a slow-stepping k is not given more of the text (a copying passage) than
-the k it is compared with. A stalled step is left out of its block. A step is measured only when settled: decode only, at the same k as the step before (a step
+the k it is compared with. A stalled step is left out of its block.
+
+A step is measured only when settled: decode only, at the same k as the step before (a step
 verifies the previous step's drafts); its time runs from `schedule()` to the end of
 `update_from_output()`, so idle gaps never count. A bucket not visited for `STALE_STEPS` engine
-steps drops its block in progress and goes back to its incumbent k.
-
-Adaptation times and error rates, measured on a synthetic engine: docs/schedule-controller.md
-(tests/unit/core/test_schedule_control_noise.py).
+steps drops its block in progress and goes back to its incumbent k. Adaptation times and error
+rates on a synthetic engine: docs/schedule-controller.md (tests/unit/core/test_schedule_control_*).
 """
 
 from __future__ import annotations
