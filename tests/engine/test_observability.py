@@ -216,6 +216,20 @@ class TestRequestSpeculation:
         assert counts.get("off", 0) >= 1 and counts.get("capped", 0) >= 1, counts
         assert counts.get("on", 0) >= len(prompts), counts
 
+    def test_json_booleans_arrive_as_whole_numbers(self, opted_in_static: Server,
+                                                   prompts) -> None:
+        """vLLM's own request model turns `true`/`false` into 1/0 and refuses `null` before
+        the plugin sees the value (docs/operations.md says so)."""
+        one = opted_in_static.complete(prompts[0], vllm_xargs={"num_speculative_tokens": True})
+        drafted = one["metrics"]["speculative_decoding"]["num_draft_tokens"]
+        assert 0 < drafted <= one["usage"]["completion_tokens"]
+        zero = opted_in_static.complete(prompts[0], vllm_xargs={"num_speculative_tokens": False})
+        assert zero["metrics"]["speculative_decoding"]["num_draft_tokens"] == 0
+        status, _ = opted_in_static.post("completions", {
+            "prompt": prompts[0], "max_tokens": 4, "vllm_xargs": {"num_speculative_tokens": None}})
+        assert status == 400
+        assert opted_in_static.proc.poll() is None
+
 
 class TestNotOptedIn:
     """One server without the opt-in, started after the opted-in one has stopped."""
