@@ -26,6 +26,9 @@ LOOP = "one two three four five six seven eight nine ten " * 3
 
 
 def run(spec: dict, env: dict) -> dict:
+    # Decisions from step times: not pinned to the xdist worker's core (tests/support/
+    # engine_layout.py), where a neighbour's burst stalls a pinned process that cannot move.
+    env = {**env, "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
     proc = subprocess.run([sys.executable, str(RUNNER), json.dumps(spec)], env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -59,7 +62,7 @@ def test_controller_moves_to_k0_where_drafting_costs_more(tiny_llama, tmp_path):
             "max_tokens": 3000, "max_num_seqs": 16, "draft_cost_s": 0.02}
     out = run(spec, clean_env(OPT_IN, tmp_path))
     cell = out["snapshot"]["buckets"]["4-7"]
-    assert cell["prior"] == 2 and cell["k"] == 0, cell
+    assert cell["prior"] == 2 and cell["k"] == 0, json.dumps(cell)
     first_to_zero = next(steps for steps, k in cell["history"] if k == 0)
     # At least `min_pairs` pairs, each an exploration block between two incumbent blocks, and a
     # one-sided bound at alpha 0.005 (core/schedule_control.ControllerParams).
