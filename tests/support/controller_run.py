@@ -17,7 +17,11 @@ import os
 import sys
 import time
 
-os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+from engine_layout import IN_PROCESS
+
+# The scheduler is read from this process: the in-process layout always, whatever the caller's
+# env says (tests/support/engine_layout.py owns the switch).
+os.environ.update(IN_PROCESS)
 
 
 def main(spec: dict) -> dict:
