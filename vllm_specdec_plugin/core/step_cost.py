@@ -11,8 +11,11 @@ cost the user waits for, not only the GPU's or CPU's share of it). Per batch-siz
   cycles, so the baseline every drafting decision compares with is measured, not inferred from
   drafting steps;
 - the extra time of drafting steps over that baseline, fitted as `switch + per_token * drafted`
-  (a decayed two-parameter least squares, refitted at most every `refit_every` samples), with
-  the prior as pseudo-observations until drafting steps of varied lengths pin it down.
+  (a decayed two-parameter least squares, refitted every `refit_every` samples and whenever
+  the baseline has moved), with the prior as pseudo-observations until drafting steps of varied
+  lengths pin it down. A stall (`stall_ratio`) neither sets the baseline for long nor enters
+  the fit: a fit priced against it would price drafting out, and no drafting step would come to
+  correct it.
 
 The prior: a step costs as much as `prior_fixed_tokens` verified tokens before the first token
 (measured about 16 on the CPU test engine; GPUs at small batch are far higher), and a drafting
@@ -49,6 +52,15 @@ class StepCostParams:
     """Floor on the fitted per-token cost, as a share of the prior's slope."""
     refit_every: int = 8
     """A bucket's fit is computed again at most every this many drafting samples."""
+    stall_ratio: float = 4.0
+    """A no-draft cycle this many times faster than the baseline restarts it: the baseline came
+    from a stall (the first cycle on a loaded host, a JIT compile), which a moving average
+    forgets only over tens of cycles. A drafting cycle faster than half the baseline is no
+    sample (measured against such a baseline, its extra would be far below zero)."""
+    refit_base_change: float = 0.1
+    """... and whenever the baseline moved by more than this share since the fit: the prior is
+    in the baseline's seconds, so a fit kept from an outlying first cycle (a stall, a JIT
+    compile) priced drafting out for good where no drafting cycle came to refit it."""
     baseline_every: int = 64
     """A bucket's no-draft time older than this many of its cycles is measured again (one
     forced no-draft cycle)."""
@@ -92,7 +104,7 @@ class _Bucket:
     """One batch-size bucket's measurements."""
 
     __slots__ = ("since_fit", "base_s", "base_rows", "base_samples", "since_base",
-                 "n", "sd", "sdd", "se", "sde", "fit")
+                 "n", "sd", "sdd", "se", "sde", "fit", "fit_base")
 
     def __init__(self, since_fit: int) -> None:
         # drafting samples since the last fit (`refit_every` at first: the first one fits)
@@ -103,8 +115,9 @@ class _Bucket:
         self.base_samples = self.since_base = 0
         # decayed sums of drafting samples: weight, d, d*d, extra, d*extra
         self.n = self.sd = self.sdd = self.se = self.sde = 0.0
-        # the last fit: (switch, per_token) seconds
+        # the last fit: (switch, per_token) seconds, and the baseline it was made with
         self.fit: tuple[float, float] | None = None
+        self.fit_base = 0.0
 
 
 class StepCostTable:
@@ -142,7 +155,7 @@ class StepCostTable:
         cell = self._bucket(rows)
         self.samples += 1
         if drafted <= 0:
-            if cell.base_samples:
+            if cell.base_samples and seconds * self.params.stall_ratio >= cell.base_s:
                 weight = self.params.base_weight
                 cell.base_s += weight * (seconds - cell.base_s)
                 cell.base_rows += weight * (rows - cell.base_rows)
@@ -153,8 +166,8 @@ class StepCostTable:
             return
         cell.since_base += 1
         base = self.baseline(rows)
-        if base is None:
-            return  # nothing to measure the extra against yet
+        if base is None or 2 * seconds < base:
+            return  # nothing to measure the extra against (yet, or a stall's baseline)
         extra, d, f = seconds - base, float(drafted), self.params.fit_decay
         cell.n = cell.n * f + 1.0
         cell.sd = cell.sd * f + d
@@ -170,7 +183,8 @@ class StepCostTable:
             return None
         cell = self._bucket(rows)
         p = self.params
-        if cell.fit is not None and cell.since_fit < p.refit_every:
+        if (cell.fit is not None and cell.since_fit < p.refit_every
+                and abs(base - cell.fit_base) <= p.refit_base_change * cell.fit_base):
             return cell.fit
         slope0 = base / (p.prior_fixed_tokens + rows)
         switch0 = p.prior_switch_fraction * base
@@ -184,7 +198,7 @@ class StepCostTable:
         slope = (n * sde - sd * se) / det if det > 1e-12 else slope0
         slope = max(slope, p.min_slope_share * slope0)
         switch = max((se - slope * sd) / n, 0.0)
-        cell.fit, cell.since_fit = (switch, slope), 0
+        cell.fit, cell.since_fit, cell.fit_base = (switch, slope), 0, base
         return cell.fit
 
     def seconds(self, rows: int, drafted: np.ndarray) -> np.ndarray | None:

@@ -11,6 +11,7 @@ and renamed over the target (`os.replace` replaces a link there, never writes th
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -180,7 +181,9 @@ def write_stats(path: str, stats: Mapping[str, float], state: Mapping[str, Any],
 class StatsFile:
     """Keeps the statistics file current: written every `every` calls and when a new request
     came, and once more when the engine has gone `idle_s` without a call, by a daemon thread,
-    so the file ends with the run's last cycle, not up to `every` calls before it.
+    or at interpreter exit, so the file ends with the run's last cycle, not up to `every` calls
+    before it (an engine in the caller's own process may exit within `idle_s` of its last
+    step).
 
     The proposer runs each call holding `lock`, which the idle writer takes too: the writer
     never reads the proposer's state while a call changes it.
@@ -197,6 +200,7 @@ class StatsFile:
         self._last_call = time.monotonic()
         threading.Thread(target=self._idle_writer, name="specdec-adaptive-stats",
                          daemon=True).start()
+        atexit.register(self._write_if_dirty, timeout=1.0)
 
     def called(self, stats: ProposerStats) -> None:
         """End of a call (holding `lock`), with the proposer's counters: write now if due, else
@@ -218,3 +222,12 @@ class StatsFile:
             with self.lock:
                 if self._dirty and time.monotonic() - self._last_call >= self._idle_s:
                     self._write()
+
+    def _write_if_dirty(self, timeout: float) -> None:
+        """At exit: the last write, unless a call still holds the lock after `timeout`."""
+        if self.lock.acquire(timeout=timeout):
+            try:
+                if self._dirty:
+                    self._write()
+            finally:
+                self.lock.release()

@@ -65,6 +65,45 @@ def test_cost_table_without_drafting_steps_uses_the_prior_shape():
     assert fit is not None and fit[1] > 0 and fit[0] >= 0
 
 
+@pytest.mark.parametrize("first", [1.0, 0.0004])  # a stall (a JIT compile), a fast outlier
+def test_a_fit_follows_the_baseline_it_was_made_from(first):
+    """The prior is in the baseline's seconds: a fit kept from the first, outlying no-draft
+    cycle priced drafting out for good (no drafting cycle, so no refit: a CI run drafted
+    nothing in 480 cycles of copying text). Steady cycles later, the fit is the prior's shape
+    around the baseline they measured."""
+    table = StepCostTable()
+    table.observe(2, 0, first)
+    assert table.seconds(2, np.array([0, 4])) is not None  # a plan made at once
+    for _ in range(40):
+        table.observe(2, 0, 0.004)
+    predicted = table.seconds(2, np.array([0, 4]))
+    fresh = StepCostTable()
+    for _ in range(40):
+        fresh.observe(2, 0, table.baseline(2))
+    expected = fresh.seconds(2, np.array([0, 4]))
+    assert predicted is not None and expected is not None
+    assert predicted == pytest.approx(expected, rel=0.02)
+
+
+def test_a_no_draft_cycle_far_below_a_stalled_baseline_restarts_it():
+    table = StepCostTable()
+    table.observe(2, 0, 1.0)  # the first cycle, stalled
+    table.observe(2, 0, 0.004)
+    assert table.baseline(2) == pytest.approx(0.004)
+    table.observe(2, 0, 0.005)  # within the ratio: averaged
+    assert table.baseline(2) == pytest.approx(0.004 + STEP_COST_DEFAULTS.base_weight * 0.001)
+
+
+def test_a_drafting_cycle_measured_against_a_stalled_baseline_is_no_sample():
+    table = StepCostTable()
+    table.observe(2, 0, 1.0)
+    table.observe(2, 4, 0.005)  # its extra would be -0.995 s
+    assert table.summary()["rows>=2"]["drafting_samples"] == 0
+    table.observe(2, 0, 0.004)
+    table.observe(2, 4, 0.005)
+    assert table.summary()["rows>=2"]["drafting_samples"] == 1
+
+
 def test_cost_table_reads_its_params():
     table = StepCostTable(StepCostParams(baseline_every=2))
     table.observe(4, 0, 0.1)

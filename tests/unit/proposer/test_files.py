@@ -157,3 +157,25 @@ def test_another_engines_first_rank_writes_its_own_names(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["stats.json.rank2",
                                                          "trace.jsonl.rank2"]
     assert np.isfinite(json.loads((tmp_path / "stats.json.rank2").read_text())["calls"])
+
+
+def test_a_process_that_exits_right_after_its_last_call_leaves_that_call_in_the_file(tmp_path):
+    """An engine in the caller's own process (vLLM without multiprocessing, LLM() in a script)
+    may exit before the idle writer wakes: the file is written once more at exit."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "stats.json"
+    script = f"""
+import logging
+from vllm_specdec_plugin.proposer.stats import StatsFile
+calls = {{"calls": 0, "requests": 1}}
+stats_file = StatsFile({str(path)!r}, lambda: (dict(calls), {{}}), logging.getLogger(),
+                       every=1000, idle_s=60.0)
+for _ in range(7):
+    calls["calls"] += 1
+    with stats_file.lock:
+        stats_file.called(type("S", (), calls)())
+"""
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    assert json.loads(path.read_text())["calls"] == 7

@@ -150,6 +150,34 @@ def test_open_ended_requests_send_it_dormant_and_copying_ones_wake_it(monkeypatc
     assert sim.accepted - before > 100
 
 
+@pytest.mark.parametrize("stall_s", [0.5, 2.0])
+def test_a_stalled_first_cycle_does_not_price_drafting_out(monkeypatch, stall_s):
+    """Open-ended text first, its first clean cycle stalled (a loaded host, a JIT compile),
+    then copying text. The prior's cost fit, made in the baseline's seconds of that moment and
+    kept until drafting cycles refit it, priced every draft out once the baseline settled:
+    none came to refit it, so the copying requests never drafted (a CI run of
+    tests/engine/test_adaptive.py: nothing drafted in 480 cycles)."""
+    phase = {"copy": False}
+    rng = random.Random(1)
+    sim = Simulated(monkeypatch, rows=2, copying=lambda row: phase["copy"])
+    for row in range(sim.rows):  # open-ended text that repeats 4 of its prompt's tokens early:
+        prompt = [rng.randrange(VOCAB) for _ in range(200)]  # a candidate while stalled
+        sim.queue.append((prompt, prompt[50:54] + [rng.randrange(VOCAB) for _ in range(92)]))
+        sim.load(row)
+    sim.step()  # new requests: not a clean cycle, not timed
+    sim.clock.now += stall_s  # the first clean cycle, stalled
+    for _ in range(150):
+        sim.step()
+    phase["copy"] = True
+    for row in range(sim.rows):
+        sim.load(row)
+    before = sim.accepted
+    for _ in range(100):
+        sim.step()
+    assert sim.accepted - before > 100, (sim.drafter.control.events,
+                                         sim.drafter.cost.summary())
+
+
 def test_dormant_cycles_look_at_a_share_of_the_rows(monkeypatch):
     sim = Simulated(monkeypatch, rows=32, copying=lambda row: False)
     for _ in range(120):
