@@ -21,7 +21,7 @@ TESTS = Path(__file__).parent
 sys.path.insert(0, str(TESTS))
 
 from ci_rule import in_ci, pytest_runtest_makereport, unavailable  # noqa: E402, F401
-from support import engine_layout, examples, process_count  # noqa: E402
+from support import engine_layout, examples, process_count, script_runs  # noqa: E402
 from support.checkpoints import NGRAM_PROMPTS, build_tiny_llama  # noqa: E402
 
 from vllm_specdec_plugin.assembly import capabilities_for  # noqa: E402
@@ -116,7 +116,8 @@ def run_engine(llm: Mapping[str, Any], prompts: list[str], env: Mapping[str, str
                max_tokens: int = 48, config_only: bool = False,
                sampling: list[Mapping[str, Any]] | None = None,
                one_at_a_time: bool = False, continue_tokens: int = 0) -> dict[str, Any]:
-    """Start a real vLLM engine in a fresh process, generate greedily, report what it did.
+    """Start a real vLLM engine in a process of its own (`support/script_runs.py`: forked from a
+    warm server where that is the same), generate greedily, report what it did.
 
     With `config_only`, only vLLM's config resolution runs (no weights loaded). The result has
     the engine's combined output under "log" (vLLM logs to stdout).
@@ -124,14 +125,7 @@ def run_engine(llm: Mapping[str, Any], prompts: list[str], env: Mapping[str, str
     spec = json.dumps({"llm": dict(llm), "prompts": prompts, "max_tokens": max_tokens,
                        "config_only": config_only, "sampling": sampling,
                        "one_at_a_time": one_at_a_time, "continue_tokens": continue_tokens})
-    with subprocess.Popen([sys.executable, str(TESTS / "support" / "engine_run.py"), spec],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          env=dict(env), start_new_session=True) as proc:
-        try:
-            stdout, stderr = proc.communicate(timeout=ENGINE_TIMEOUT_S)
-        finally:
-            kill_group(proc)
-    done = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+    done = script_runs.run(TESTS / "support" / "engine_run.py", [spec], env, ENGINE_TIMEOUT_S)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
         raise AssertionError(f"engine run failed (rc={done.returncode}):\n"

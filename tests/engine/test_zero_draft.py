@@ -26,10 +26,10 @@ from conftest import (
     ENGINE_TIMEOUT_S,
     TESTS,
     clean_env,
-    kill_group,
     needs_venv,
     sibling_venv_python,
 )
+from support import script_runs
 
 from vllm_specdec_plugin.engine import patching, registry
 from vllm_specdec_plugin.engine.changes import sample_rejection_sampler as rejection
@@ -230,13 +230,9 @@ def engine_run(llm: dict[str, Any], env: dict[str, str], batches: list[list[dict
                prompts: list[str], max_tokens: int = 16) -> dict[str, Any]:
     spec = json.dumps({"llm": llm, "batches": batches, "prompts": prompts,
                        "max_tokens": max_tokens})
-    with subprocess.Popen([sys.executable, str(TESTS / "support" / "zero_draft_run.py"), spec],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                          start_new_session=True) as proc:
-        try:
-            stdout, stderr = proc.communicate(timeout=ENGINE_TIMEOUT_S)
-        finally:
-            kill_group(proc)
+    proc = script_runs.run(TESTS / "support" / "zero_draft_run.py", [spec], env,
+                           ENGINE_TIMEOUT_S)
+    stdout, stderr = proc.stdout, proc.stderr
     lines = [line for line in stdout.splitlines() if line.startswith("{")]
     assert proc.returncode == 0 and lines, f"{stdout[-3000:]}\n{stderr[-6000:]}"
     result: dict[str, Any] = json.loads(lines[-1])

@@ -5,7 +5,9 @@ in a fresh process (the plugin loads through its entry point, as in production; 
 runs in this process, `VLLM_ENABLE_V1_MULTIPROCESSING=0`, so the scheduler can be read).
 SPEC: {"model", "prompts", "max_tokens", "max_num_seqs", "temperature" (default 0: greedy),
 "draft_cost_s" (optional: each step that verifies drafts sleeps this long per draft token and
-request, standing in for a verifier that costs more than this tiny model's)}.
+request, standing in for a verifier that costs more than this tiny model's), "until" (optional,
+{"bucket", "k", "rounds"}: the prompts again, up to `rounds` times in all, until the controller
+holds k in that bucket)}.
 Output (last stdout line): {"token_ids", "lookup", "runtime" (None: no controller), "table",
 "snapshot", "metrics"}.
 """
@@ -46,8 +48,13 @@ def main(spec: dict) -> dict:
         core.model_executor.execute_model = slower
     params = SamplingParams(max_tokens=spec.get("max_tokens", 64), ignore_eos=True,
                             temperature=spec.get("temperature", 0.0), seed=0)
-    outputs = llm.generate(spec["prompts"], params, use_tqdm=False)
-    runtime = scheduler.__dict__.get("_specdec_schedule_runtime")
+    until = spec.get("until")  # {"bucket": key, "k": k, "rounds": n}
+    for _ in range(until["rounds"] if until else 1):
+        outputs = llm.generate(spec["prompts"], params, use_tqdm=False)
+        runtime = scheduler.__dict__.get("_specdec_schedule_runtime")  # set at the first step
+        if until and runtime is not None and runtime.controller.table().get(
+                until["bucket"]) == until["k"]:
+            break
     out = {"token_ids": [list(o.outputs[0].token_ids) for o in outputs],
            "lookup": list(scheduler.dynamic_sd_lookup or []),
            "runtime": runtime is not None,

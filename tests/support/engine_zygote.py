@@ -1,0 +1,87 @@
+"""A fork server for the engine tests' runner scripts: torch and vLLM imported once, a fork a run.
+
+Started by `script_runs.py` (one per pytest process) as `python engine_zygote.py`; it imports
+torch and vLLM (13 s on this host's cores, a third of an in-process engine run), then reads one
+JSON request a line on stdin: {"script", "args", "env", "cwd", "stdout", "stderr"}. For each it
+forks a child that starts a session of its own, points fds 0-2 at /dev/null and the two files,
+replaces its environment with `env` and runs `script` as __main__, exactly as
+`python script *args` would from the same imports; the server answers {"pid": N} at once and
+{"rc": N} when the child is gone (a signal: minus its number, as `subprocess` reports it).
+
+vLLM itself forks its engine-core process from a process that has imported torch and vLLM (the
+default "fork" start method on CPU): a forked child of these imports is what vLLM runs in
+production too. The plugin is not imported here: vLLM loads it through its entry point in the
+child, at engine start, as in a fresh process. What the imports read from the environment
+(logging, torch and OpenMP settings, the platform) is the server's: `script_runs.py` sends a
+run here only where those variables equal the server's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import sys
+import traceback
+from typing import IO
+
+
+def _child(request: dict, protocol: tuple[IO[str], IO[str]]) -> None:
+    """In the forked child: never returns (SystemExit runs the interpreter's exit handlers, as
+    a script's own exit would: the adaptive proposer's last statistics write is one)."""
+    code: int | str | None = 0
+    try:
+        os.setsid()
+        for pipe in protocol:
+            pipe.close()
+        null = os.open(os.devnull, os.O_RDONLY)
+        out = os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        err = os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        for fd, target in ((null, 0), (out, 1), (err, 2)):
+            os.dup2(fd, target)
+            os.close(fd)
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.chdir(request["cwd"])
+        script = request["script"]
+        sys.argv = [script, *request["args"]]
+        sys.path[0] = os.path.dirname(os.path.abspath(script))
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as done:
+        code = done.code
+    except BaseException:  # the script's own failure, reported as python would
+        traceback.print_exc()
+        code = 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    raise SystemExit(code)
+
+
+def serve() -> None:
+    requests = os.fdopen(os.dup(0), "r", encoding="utf-8")
+    answers = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)  # a stray print of the imports must not reach the protocol
+    # what the runner scripts import before their engine starts, and no more: the plugin's
+    # patches then meet the same modules already imported as in a fresh process
+    import torch  # noqa: F401
+    from vllm import LLM, SamplingParams  # noqa: F401
+
+    answers.write(json.dumps({"ready": os.getpid()}) + "\n")
+    answers.flush()
+    for line in requests:
+        request = json.loads(line)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            _child(request, (requests, answers))
+        answers.write(json.dumps({"pid": pid}) + "\n")
+        answers.flush()
+        _, status = os.waitpid(pid, 0)
+        answers.write(json.dumps({"rc": os.waitstatus_to_exitcode(status)}) + "\n")
+        answers.flush()
+
+
+if __name__ == "__main__":
+    serve()
