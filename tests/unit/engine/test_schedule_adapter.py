@@ -57,3 +57,35 @@ def test_an_unwritable_temp_dir_keeps_the_controller_without_its_gauges(monkeypa
     assert configure(decision, environ) is None
     assert '"report": null' in environ[CONTROL_ENV]  # the controller still runs
     assert any("Read-only file system" in line for line in plugin_log.at(logging.WARNING))
+
+
+PLUGINS_SCHEDULE = [[1, 4, 5], [5, 8, 2], [9, 65536, 0]]
+
+
+def scheduler_with(ranges: list[list[int]]) -> SimpleNamespace:
+    """The attributes `runtime_of` reads of vLLM's `Scheduler`: its lookup and its config."""
+    return SimpleNamespace(
+        dynamic_sd_lookup=[5] * 5 + [2] * 4 + [0] * 8,
+        vllm_config=SimpleNamespace(
+            speculative_config=SimpleNamespace(num_speculative_tokens_per_batch_size=ranges),
+            parallel_config=SimpleNamespace(pipeline_parallel_size=1)))
+
+
+@pytest.mark.parametrize("ranges", [PLUGINS_SCHEDULE, [[1, 2, 5], [3, 1024, 0]],
+                                    [[1, 4, 5], [5, 8, 2], [9, 65536, 1]]])
+def test_the_controller_takes_only_the_schedule_the_plugin_chose(monkeypatch, ranges):
+    """The control word is in the process env, so an engine started later in the same process
+    (a second `LLM()`, the user's own per-batch schedule) still finds it: the controller takes
+    over only where the engine's ranges are the ones the plugin chose."""
+    from vllm_specdec_plugin.engine.changes.core_sched_scheduler import runtime_of
+
+    environ: dict[str, str] = {}
+    configure(SimpleNamespace(schedule_control=True, speculative_config={
+        "num_speculative_tokens_per_batch_size": PLUGINS_SCHEDULE}), environ)
+    monkeypatch.setenv(CONTROL_ENV, environ[CONTROL_ENV])
+    scheduler = scheduler_with(ranges)
+    lookup = list(scheduler.dynamic_sd_lookup)
+    runtime = runtime_of(scheduler)
+    assert (runtime is not None) == (ranges == PLUGINS_SCHEDULE)
+    if runtime is None:
+        assert scheduler.dynamic_sd_lookup == lookup  # a user's schedule, untouched
