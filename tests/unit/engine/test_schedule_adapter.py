@@ -74,9 +74,10 @@ def scheduler_with(ranges: list[list[int]]) -> SimpleNamespace:
 @pytest.mark.parametrize("ranges", [PLUGINS_SCHEDULE, [[1, 2, 5], [3, 1024, 0]],
                                     [[1, 4, 5], [5, 8, 2], [9, 65536, 1]]])
 def test_the_controller_takes_only_the_schedule_the_plugin_chose(monkeypatch, ranges):
-    """The control word is in the process env, so an engine started later in the same process
-    (a second `LLM()`, the user's own per-batch schedule) still finds it: the controller takes
-    over only where the engine's ranges are the ones the plugin chose."""
+    """The control word is in the process env, so an engine that no opted-in hook prepared (a
+    process that inherits the word, a second `LLM()` without the opt-in and with the user's own
+    per-batch schedule) still finds it: the controller takes over only where the engine's
+    ranges are the ones the plugin chose."""
     from vllm_specdec_plugin.engine.changes.core_sched_scheduler import runtime_of
 
     environ: dict[str, str] = {}
