@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import json
 import logging
@@ -138,10 +137,7 @@ def run_engine(llm: Mapping[str, Any], prompts: list[str], env: Mapping[str, str
 
 def kill_group(proc: subprocess.Popen) -> None:
     """Kill what is left of a process's session (vLLM engine-core and worker processes)."""
-    import signal
-
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
+    script_runs.kill_session(proc.pid)
 
 
 def free_port() -> int:

@@ -37,6 +37,12 @@ importing) read: a run goes to the server only where these equal the server's.""
 START_TIMEOUT_S = 180
 
 
+def kill_session(pid: int) -> None:
+    """Kill what is left of the session `pid` leads (vLLM engine-core and worker processes)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
 def _import_view(env: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k.startswith(IMPORT_TIME)}
 
@@ -74,15 +80,13 @@ class _Zygote:
             try:
                 rc = self._read(timeout)["rc"]
             except TimeoutError:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(pid, signal.SIGKILL)
+                kill_session(pid)
                 self._read(60)  # the server reaps it and says so: the protocol stays in step
                 raise subprocess.TimeoutExpired([str(script), *args], timeout,
                                                 out.read_text(errors="replace"),
                                                 err.read_text(errors="replace")) from None
             finally:  # what the child left behind in its session (vLLM helpers)
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(pid, signal.SIGKILL)
+                kill_session(pid)
             return subprocess.CompletedProcess([str(script), *args], rc,
                                                out.read_text(errors="replace"),
                                                err.read_text(errors="replace"))
@@ -90,8 +94,7 @@ class _Zygote:
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self._in.close()
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        kill_session(self.proc.pid)
         self.proc.wait()
 
 
@@ -131,6 +134,5 @@ def run(script: Path, args: Sequence[str], env: Mapping[str, str],
         try:
             stdout, stderr = proc.communicate(timeout=timeout)
         finally:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            kill_session(proc.pid)
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)

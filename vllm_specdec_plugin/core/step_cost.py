@@ -51,16 +51,16 @@ class StepCostParams:
     min_slope_share: float = 0.25
     """Floor on the fitted per-token cost, as a share of the prior's slope."""
     refit_every: int = 8
-    """A bucket's fit is computed again at most every this many drafting samples."""
+    """A bucket's fit is computed again every this many drafting samples ..."""
+    refit_base_change: float = 0.1
+    """... and whenever the baseline moved by more than this share since the fit: the prior is
+    in the baseline's seconds, so a fit kept from an outlying first cycle (a stall, a JIT
+    compile) priced drafting out for good where no drafting cycle came to refit it."""
     stall_ratio: float = 4.0
     """A no-draft cycle this many times faster than the baseline restarts it: the baseline came
     from a stall (the first cycle on a loaded host, a JIT compile), which a moving average
     forgets only over tens of cycles. A drafting cycle faster than half the baseline is no
     sample (measured against such a baseline, its extra would be far below zero)."""
-    refit_base_change: float = 0.1
-    """... and whenever the baseline moved by more than this share since the fit: the prior is
-    in the baseline's seconds, so a fit kept from an outlying first cycle (a stall, a JIT
-    compile) priced drafting out for good where no drafting cycle came to refit it."""
     baseline_every: int = 64
     """A bucket's no-draft time older than this many of its cycles is measured again (one
     forced no-draft cycle)."""
