@@ -48,6 +48,7 @@ stamp_file="$VENV/.rbln-env-stamp"
 if stamp_matches "$stamp_file" "$stamp_value" "${1:-}"; then
     echo "[setup-rbln-env] $VENV is up to date ($stamp_value); --force rebuilds."
 else
+    ENV_BUILT=1
     echo "[setup-rbln-env] building $VENV from scratch"
     rm -rf "$VENV"
     "$PYTHON" -m venv "$VENV"

@@ -50,6 +50,7 @@ stamp_file="$VENV/.vllm033-env-stamp"
 if stamp_matches "$stamp_file" "$stamp_value" "${1:-}"; then
     echo "[setup-vllm033-env] $VENV is up to date ($stamp_value); --force rebuilds."
 else
+    ENV_BUILT=1
     echo "[setup-vllm033-env] building $VENV from scratch"
     rm -rf "$VENV"
     "$PYTHON" -m venv "$VENV"

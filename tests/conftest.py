@@ -43,6 +43,16 @@ hypothesis_settings.register_profile("deep", print_blob=True, deadline=None)
 hypothesis_settings.load_profile(examples.PROFILE)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The files that run vLLM (an `engine` or `contract` test in them) first, in their order:
+    pytest-xdist hands out whole files in this order (`--dist loadfile`), so the long ones
+    start early and the short unit files fill the end on both workers instead of one worker
+    finishing a long file alone."""
+    slow = {item.path for item in items
+            if item.get_closest_marker("engine") or item.get_closest_marker("contract")}
+    items.sort(key=lambda item: item.path not in slow)  # stable: each file keeps its order
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     process_count.write()
 
@@ -90,11 +100,11 @@ def release_caps(platform: str, version: str, methods: set[str], async_methods: 
 
 
 def patch_probe(case: str) -> dict:
-    """tests/support/patch_probe.py CASE in a fresh process (the plugin's vLLM fixes in a given
-    order)."""
-    done = subprocess.run([sys.executable, str(TESTS / "support" / "patch_probe.py"), case],
-                          capture_output=True, text=True, env=clean_env(), timeout=300,
-                          check=False)
+    """tests/support/patch_probe.py CASE in a process of its own (the plugin's vLLM fixes in a
+    given order), forked after torch and vLLM's package (`script_runs.CONTRACT_PRELUDE`: neither
+    a platform nor a kernel registered, so each order starts from nothing)."""
+    done = script_runs.run(TESTS / "support" / "patch_probe.py", [case], clean_env(), 300,
+                           prelude=script_runs.CONTRACT_PRELUDE, starts_engine=False)
     lines = [line[6:] for line in done.stdout.splitlines() if line.startswith("PROBE ")]
     assert lines, f"probe {case} printed nothing:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return json.loads(lines[-1])

@@ -1,17 +1,21 @@
 """The RBLN rules, checked against vllm-rbln 0.12's own code (run in .venv-rbln).
 
-Each case runs tests/support/rbln_probe.py in a fresh .venv-rbln process: vLLM 0.30 with the real
-vllm-rbln platform, config hooks and model runner; only the proprietary compiler is a stand-in.
+Each case runs tests/support/rbln_probe.py in a .venv-rbln process of its own: vLLM 0.30 with the
+real vllm-rbln platform, config hooks and model runner; only the proprietary compiler is a
+stand-in. The process is forked from a server of that environment that has imported torch and
+vLLM (`support/script_runs.py`, keyed by what the imports read, vllm-rbln's variables included;
+vllm-rbln's process-wide state is made after the fork), or started afresh with
+`SPECDEC_TEST_FORK=0`.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 from conftest import TESTS, clean_env, needs_venv, sibling_venv_python
+from support import script_runs
 
 from vllm_specdec_plugin.assembly import capabilities_for
 from vllm_specdec_plugin.core.decide import decide
@@ -33,8 +37,8 @@ def probe(case: str, model: Path, env: dict, engine_args: dict | None = None) ->
         base.pop(key, None)  # vllm-rbln reads a parent's choices from these
     env = {**base, **env, "PROBE_ENGINE_ARGS": json.dumps(engine_args or {})}
     probe_script = TESTS / "support" / "rbln_probe.py"
-    done = subprocess.run([str(RBLN_PYTHON), str(probe_script), case, str(model)],
-                          capture_output=True, text=True, env=env, timeout=600, check=False)
+    done = script_runs.run(probe_script, [case, str(model)], env, 600, python=str(RBLN_PYTHON),
+                           prelude=("torch", "vllm.engine.arg_utils"), starts_engine=False)
     lines = [line[6:] for line in done.stdout.splitlines() if line.startswith("PROBE ")]
     assert lines, f"probe {case} printed nothing:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     result = json.loads(lines[-1])

@@ -11,11 +11,11 @@ process.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 from conftest import TESTS, clean_env, needs_venv, sibling_venv_python
+from support import script_runs
 from support.checkpoints import build_eagle3_draft, build_eagle_draft, build_mtp_target
 from support.controller_checks import (
     caps_contract,
@@ -92,9 +92,9 @@ def probe(platform: str, cases: list[dict], tmp: Path) -> dict[str, dict]:
     if platform == "cpu":
         env["VLLM_TARGET_DEVICE"] = "cpu"
     probe_script = TESTS / "support" / "vllm033_probe.py"
-    done = subprocess.run([str(VLLM033_PYTHON), str(probe_script), platform,
-                           json.dumps(cases)], capture_output=True, text=True, env=env,
-                          timeout=400, check=False)
+    done = script_runs.run(probe_script, [platform, json.dumps(cases)], env, 400,
+                           python=str(VLLM033_PYTHON), prelude=script_runs.CONTRACT_PRELUDE,
+                           starts_engine=False)
     results = {}
     for line in done.stdout.splitlines():
         if line.startswith("PROBE "):

@@ -163,8 +163,9 @@ def test_when_imported_runs_now_or_right_after_the_import(tmp_path, monkeypatch)
 def contract(python: Path, *args: str, env_extra: dict[str, str] | None = None
              ) -> dict[str, Any]:
     env = clean_env(extra={"PYTHONPATH": str(REPO), **(env_extra or {})})
-    done = subprocess.run([str(python), str(TESTS / "support" / "zero_draft_probe.py"), *args],
-                          capture_output=True, text=True, env=env, timeout=400, check=False)
+    done = script_runs.run(TESTS / "support" / "zero_draft_probe.py", list(args), env, 400,
+                           python=str(python), prelude=script_runs.CONTRACT_PRELUDE,
+                           starts_engine=False)
     lines = [line[6:] for line in done.stdout.splitlines() if line.startswith("PROBE ")]
     assert lines, f"{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
     return json.loads(lines[-1])

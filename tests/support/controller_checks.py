@@ -5,18 +5,19 @@ tests/support/controller_contract.py run in that venv, and what its answer must 
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 from conftest import clean_env
+
+from support import script_runs
 
 CONTRACT = Path(__file__).resolve().parent / "controller_contract.py"
 
 
 def contract(python: str, model: str, tmp_path: Path, script: Path = CONTRACT) -> dict:
     """`script MODEL` in the venv of `python`: its last stdout line, as JSON."""
-    proc = subprocess.run([python, str(script), model], capture_output=True, text=True,
-                          env=clean_env(tmp=tmp_path), timeout=600)
+    proc = script_runs.run(script, [model], clean_env(tmp=tmp_path), 600, python=python,
+                           prelude=script_runs.CONTRACT_PRELUDE, starts_engine=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

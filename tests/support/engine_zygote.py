@@ -1,12 +1,15 @@
-"""A fork server for the engine tests' runner scripts: torch and vLLM imported once, a fork a run.
+"""A fork server for the tests' runner scripts: torch and vLLM imported once, a fork a run.
 
-Started by `script_runs.py` (one per pytest process) as `python engine_zygote.py`; it imports
-torch and vLLM (13 s on this host's cores, a third of an in-process engine run), then reads one
-JSON request a line on stdin: {"script", "args", "env", "cwd", "stdout", "stderr"}. For each it
-forks a child that starts a session of its own, points fds 0-2 at /dev/null and the two files,
-replaces its environment with `env` and runs `script` as __main__, exactly as
-`python script *args` would from the same imports; the server answers {"pid": N} at once and
-{"rc": N} when the child is gone (a signal: minus its number, as `subprocess` reports it).
+Started by `script_runs.py` as `PYTHON engine_zygote.py MODULE...` (one per interpreter and
+import-time environment in a pytest process; PYTHON may be a sibling environment's, e.g.
+.venv-rbln's): it imports the MODULEs (torch and vLLM: 13 s on this host's cores, a third of an
+in-process engine run), then reads one JSON request a line on stdin: {"script" or "module",
+"args", "env", "cwd", "stdout", "stderr"}. For each it forks a child that starts a session of
+its own, points fds 0-2 at /dev/null and the two files, replaces its environment with `env` and
+runs `script` (or `module`, as `-m` would) as __main__, exactly as `python script *args` would
+from the same imports; the server answers {"pid": N} at once and {"rc": N} when the child is
+gone (a signal: minus its number, as `subprocess` reports it). It imports nothing of the
+project, so it runs in any of the test environments.
 
 vLLM itself forks its engine-core process from a process that has imported torch and vLLM (the
 default "fork" start method on CPU): a forked child of these imports is what vLLM runs in
@@ -18,6 +21,7 @@ run here only where those variables equal the server's.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import runpy
@@ -43,10 +47,15 @@ def _child(request: dict, protocol: tuple[IO[str], IO[str]]) -> None:
         os.environ.clear()
         os.environ.update(request["env"])
         os.chdir(request["cwd"])
-        script = request["script"]
-        sys.argv = [script, *request["args"]]
-        sys.path[0] = os.path.dirname(os.path.abspath(script))
-        runpy.run_path(script, run_name="__main__")
+        if "module" in request:  # `python -m module`: sys.path[0] is the working directory
+            sys.argv = [request["module"], *request["args"]]
+            sys.path[0] = os.getcwd()
+            runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+        else:
+            script = request["script"]
+            sys.argv = [script, *request["args"]]
+            sys.path[0] = os.path.dirname(os.path.abspath(script))
+            runpy.run_path(script, run_name="__main__")
     except SystemExit as done:
         code = done.code
     except BaseException:  # the script's own failure, reported as python would
@@ -58,14 +67,14 @@ def _child(request: dict, protocol: tuple[IO[str], IO[str]]) -> None:
     raise SystemExit(code)
 
 
-def serve() -> None:
+def serve(modules: list[str]) -> None:
     requests = os.fdopen(os.dup(0), "r", encoding="utf-8")
     answers = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)  # a stray print of the imports must not reach the protocol
     # what the runner scripts import before their engine starts, and no more: the plugin's
     # patches then meet the same modules already imported as in a fresh process
-    import torch  # noqa: F401
-    from vllm import LLM, SamplingParams  # noqa: F401
+    for module in modules:
+        importlib.import_module(module)
 
     answers.write(json.dumps({"ready": os.getpid()}) + "\n")
     answers.flush()
@@ -84,4 +93,4 @@ def serve() -> None:
 
 
 if __name__ == "__main__":
-    serve()
+    serve(sys.argv[1:])

@@ -1,13 +1,16 @@
-"""Run a `tests/support` runner script as `python script *args` would, forked from a warm server
-where that is the same thing.
+"""Run a `tests/support` runner script (or a module, as `-m`) as `python script *args` would,
+forked from a warm server where that is the same thing.
 
-An in-process engine run spends 13 of its 30-40 s importing torch and vLLM. `run` sends the run
-to this pytest process's fork server (`engine_zygote.py`, started on first use), whose child has
-those imports already, when the run's environment agrees with the server's on everything the
-imports read (`IMPORT_TIME`) and keeps the engine in process; otherwise, and with
-`SPECDEC_TEST_FORK=0`, it starts `python script *args` afresh. Either way the caller gets a
-`subprocess.CompletedProcess` with the script's stdout, stderr and exit code, and a run that
-outlives `timeout` has its whole session killed and raises `subprocess.TimeoutExpired`.
+An in-process engine run spends 13 of its 30-40 s importing torch and vLLM, a contract probe in
+a sibling environment (.venv-rbln, .venv-vllm033) 7-10 of its 15, and a `vllm-specdec explain`
+5 of its 6 (vLLM's argument parser). `run` sends the run to a fork server
+(`engine_zygote.py`, started on first use: one per interpreter, prelude and import-time
+environment in this pytest process, at most `MAX_SERVERS`), whose child has those imports
+already, when the run's environment agrees with the server's on everything the imports read
+(`IMPORT_TIME`) and, for a run that starts an engine, keeps the engine in process; otherwise,
+and with `SPECDEC_TEST_FORK=0`, it starts `python script *args` afresh. Either way the caller
+gets a `subprocess.CompletedProcess` with the script's stdout, stderr and exit code, and a run
+that outlives `timeout` has its whole session killed and raises `subprocess.TimeoutExpired`.
 """
 
 from __future__ import annotations
@@ -31,9 +34,20 @@ ZYGOTE = Path(__file__).with_name("engine_zygote.py")
 SWITCH = "SPECDEC_TEST_FORK"
 IMPORT_TIME = ("PATH", "HOME", "LD_", "PYTHON", "TORCH", "OMP_", "KMP_", "MKL_", "NUMBA",
                "TRITON", "CUDA", "HF_", "TRANSFORMERS", "TOKENIZERS", "XDG_", "VLLM_LOGGING",
-               "VLLM_CONFIGURE_LOGGING", "VLLM_TARGET_DEVICE", "VLLM_PLUGINS", "VLLM_USE_")
-"""Prefixes of the variables torch's and vLLM's imports (and the platform vLLM resolves while
-importing) read: a run goes to the server only where these equal the server's."""
+               "VLLM_CONFIGURE_LOGGING", "VLLM_TARGET_DEVICE", "VLLM_PLUGINS", "VLLM_USE_",
+               "RBLN_", "VLLM_RBLN", "_VLLM_RBLN")
+"""Prefixes of the variables torch's, vLLM's and vllm-rbln's imports (and the platform vLLM
+resolves while importing) read: a run goes to a server only where these equal the server's.
+vllm-rbln reads `_VLLM_RBLN_RESOLVED_MODEL_IMPL` at import (`vllm_rbln/envs.py`)."""
+ENGINE_PRELUDE = ("torch", "vllm.entrypoints.llm")
+"""What the engine runner scripts import before their engine starts (`from vllm import LLM`)."""
+CONTRACT_PRELUDE = ("torch", "vllm")
+"""What a contract probe's server imports: vLLM's package, which resolves no platform on vLLM
+0.32/0.33 (a probe stands in CUDA, or picks the CPU platform, after the fork); on vLLM 0.30 with
+vllm-rbln installed it resolves RblnPlatform, from the import-time environment the key holds."""
+MAX_SERVERS = 4
+"""Servers kept per pytest process (each holds torch and vLLM: ~1 GB); the least recently
+used one is closed for a fifth."""
 START_TIMEOUT_S = 180
 
 
@@ -48,9 +62,9 @@ def _import_view(env: Mapping[str, str]) -> dict[str, str]:
 
 
 class _Zygote:
-    def __init__(self, env: Mapping[str, str]) -> None:
+    def __init__(self, python: str, prelude: Sequence[str], env: Mapping[str, str]) -> None:
         self.env = dict(env)
-        self.proc = subprocess.Popen([sys.executable, str(ZYGOTE)], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([python, str(ZYGOTE), *prelude], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                      text=True, env=self.env, start_new_session=True)
         assert self.proc.stdout is not None and self.proc.stdin is not None
@@ -68,11 +82,12 @@ class _Zygote:
         answer: dict[str, Any] = json.loads(line)
         return answer
 
-    def run(self, script: Path, args: Sequence[str], env: Mapping[str, str],
+    def run(self, target: dict[str, str], argv: list[str], env: Mapping[str, str],
             timeout: float) -> subprocess.CompletedProcess[str]:
+        """Run `target` ({"script": path} or {"module": name}) with `argv[1:]`."""
         with tempfile.TemporaryDirectory(prefix="script-run-") as tmp:
             out, err = Path(tmp, "stdout"), Path(tmp, "stderr")
-            request = {"script": str(script), "args": list(args), "env": dict(env),
+            request = {**target, "args": argv[1:], "env": dict(env),
                        "cwd": os.getcwd(), "stdout": str(out), "stderr": str(err)}
             self._in.write(json.dumps(request) + "\n")
             self._in.flush()
@@ -82,12 +97,12 @@ class _Zygote:
             except TimeoutError:
                 kill_session(pid)
                 self._read(60)  # the server reaps it and says so: the protocol stays in step
-                raise subprocess.TimeoutExpired([str(script), *args], timeout,
+                raise subprocess.TimeoutExpired(argv, timeout,
                                                 out.read_text(errors="replace"),
                                                 err.read_text(errors="replace")) from None
             finally:  # what the child left behind in its session (vLLM helpers)
                 kill_session(pid)
-            return subprocess.CompletedProcess([str(script), *args], rc,
+            return subprocess.CompletedProcess(argv, rc,
                                                out.read_text(errors="replace"),
                                                err.read_text(errors="replace"))
 
@@ -98,37 +113,50 @@ class _Zygote:
         self.proc.wait()
 
 
-_zygote: _Zygote | None = None
-_broken = False
+_servers: dict[tuple[str, tuple[str, ...], tuple[tuple[str, str], ...]], _Zygote] = {}
+_broken: set[str] = set()  # interpreters whose server could not start: fresh processes there
 
 
-def _server(env: Mapping[str, str]) -> _Zygote | None:
-    """This process's fork server when `env` may run there, else None."""
-    global _zygote, _broken
-    if _broken or os.environ.get(SWITCH) == "0":
+def _server(python: str, prelude: Sequence[str], env: Mapping[str, str],
+            starts_engine: bool) -> _Zygote | None:
+    """The server for `env` on `python` with `prelude` imported, started on first use; None
+    where the run must have a fresh process."""
+    if python in _broken or os.environ.get(SWITCH) == "0":
         return None
-    if env.get("VLLM_ENABLE_V1_MULTIPROCESSING") != engine_layout.IN_PROCESS[
+    if starts_engine and env.get("VLLM_ENABLE_V1_MULTIPROCESSING") != engine_layout.IN_PROCESS[
             "VLLM_ENABLE_V1_MULTIPROCESSING"]:
         return None  # the production layout: vLLM forks and spawns from its own start
-    if _zygote is None:
+    key = (python, tuple(prelude), tuple(sorted(_import_view(env).items())))
+    server = _servers.pop(key, None)
+    if server is None:
+        if len(_servers) >= MAX_SERVERS:
+            _servers.pop(next(iter(_servers))).close()
         try:
-            _zygote = _Zygote(env)
+            server = _Zygote(python, prelude, env)
         except (OSError, TimeoutError, RuntimeError, ValueError):
-            _broken = True
+            _broken.add(python)
             return None
-        atexit.register(_zygote.close)
-    return _zygote if _import_view(env) == _import_view(_zygote.env) else None
+    _servers[key] = server  # last in the dict: the most recently used
+    return server
 
 
-def run(script: Path, args: Sequence[str], env: Mapping[str, str],
-        timeout: float) -> subprocess.CompletedProcess[str]:
-    """`python script *args` with `env`: forked from the warm server where that is the same
-    (see the module docstring), else a fresh process; its session is killed when it ends."""
-    server = _server(env)
+@atexit.register
+def _close_servers() -> None:
+    while _servers:
+        _servers.popitem()[1].close()
+
+
+def _run(target: dict[str, str], argv: list[str], env: Mapping[str, str], timeout: float,
+         python: str | None, prelude: Sequence[str],
+         starts_engine: bool) -> subprocess.CompletedProcess[str]:
+    python = python or sys.executable
+    server = _server(python, prelude, env, starts_engine)
     if server is not None:
         process_count.count_run()
-        return server.run(script, args, env, timeout)
-    with subprocess.Popen([sys.executable, str(script), *args], stdout=subprocess.PIPE,
+        return server.run(target, argv, env, timeout)
+    command = [python, target["script"]] if "script" in target else [python, "-m",
+                                                                       target["module"]]
+    with subprocess.Popen([*command, *argv[1:]], stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True, env=dict(env),
                           start_new_session=True) as proc:
         try:
@@ -136,3 +164,21 @@ def run(script: Path, args: Sequence[str], env: Mapping[str, str],
         finally:
             kill_session(proc.pid)
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
+def run(script: Path, args: Sequence[str], env: Mapping[str, str], timeout: float, *,
+        python: str | None = None, prelude: Sequence[str] = ENGINE_PRELUDE,
+        starts_engine: bool = True) -> subprocess.CompletedProcess[str]:
+    """`python script *args` with `env` (`python`: this interpreter by default): forked from a
+    warm server where that is the same (see the module docstring), else a fresh process; its
+    session is killed when it ends. `starts_engine=False` for a script that starts no engine
+    (a contract probe): the engine layout does not matter to it."""
+    return _run({"script": str(script)}, [str(script), *args], env, timeout, python, prelude,
+                starts_engine)
+
+
+def run_module(module: str, args: Sequence[str], env: Mapping[str, str], timeout: float, *,
+               prelude: Sequence[str] = ENGINE_PRELUDE) -> subprocess.CompletedProcess[str]:
+    """`python -m module *args` with `env`, as `run` runs a script; for a command that starts
+    no engine (e.g. `vllm_specdec_plugin.cli explain`)."""
+    return _run({"module": module}, [module, *args], env, timeout, None, prelude, False)

@@ -2,8 +2,8 @@
 
     vllm-specdec whatif --model DIR --traffic FILE [--method ngram|suffix|adaptive ...]
         [--k N ...] [--prompt-lookup-min N] [--prompt-lookup-max N] [--costs FILE]
-        [--platform cpu|cuda|rbln] [--gpu NAME] [--batches B,...] [--max-requests N]
-        [--max-model-len N] [--json] [--plot FILE.png]
+        [--platform cpu|cuda|rbln] [--gpu NAME] [--runner v1|v2] [--batches B,...]
+        [--max-requests N] [--max-model-len N] [--json] [--plot FILE.png]
 
 The flags and exit statuses; the stages are `whatif/run.py`'s, the outputs `whatif/render.py`'s.
 Exit 0 with a report, 2 on bad input (one line on stderr naming the input and the fix; the
@@ -98,6 +98,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--platform", choices=("cpu", "cuda", "rbln"),
                    help="the prior's platform (default: cuda with --gpu, else cpu)")
     p.add_argument("--gpu", metavar="NAME", help="hardware table row, e.g. H100-SXM")
+    p.add_argument("--runner", choices=("v1", "v2"),
+                   help="the target's model runner, as VLLM_USE_V2_MODEL_RUNNER=0/1 forces it "
+                        "(default: vLLM's choice: Model Runner V2 for ngram on cuda)")
     p.add_argument("--batches", type=_batches, metavar="B,B,...",
                    help=f"batch sizes to predict, 1 to {MAX_BATCH_SIZE} (default 1,2,4,...,128)")
     p.add_argument("--max-requests", type=_count(1, MAX_TRAFFIC_REQUESTS), metavar="N",
@@ -155,7 +158,7 @@ def main(argv: Sequence[str]) -> int:
     options = WhatifOptions(
         model=args.model, traffic=args.traffic, configs=configs_of(args), costs=args.costs,
         platform=args.platform, gpu=args.gpu, batches=args.batches or DEFAULT_BATCHES,
-        max_requests=args.max_requests, max_model_len=args.max_model_len)
+        max_requests=args.max_requests, max_model_len=args.max_model_len, runner=args.runner)
     progress = None if args.no_progress or not sys.stderr.isatty() else ProgressBar()
     try:
         report = run_whatif(options, progress)

@@ -1,10 +1,11 @@
 """The drafter interface `whatif/replay.py`'s Python loop drives (kept apart so the drafters of
 `whatif/replay_adaptive.py` and the loop that drives them import it without importing each
-other)."""
+other), and which drafter the target host's vLLM runs for each method (`host_drafter`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -36,3 +37,63 @@ class Drafter:
     def notes(self) -> tuple[str, ...]:
         """What the result should say about this drafter, after the replay."""
         return ()
+
+
+V1_NGRAM, MRV2_NGRAM, V1_SUFFIX, V1_ADAPTIVE = ("v1-ngram", "mrv2-ngram-gpu", "v1-suffix",
+                                                "v1-adaptive")
+"""The drafters `replay.replay` runs: vLLM's V1 n-gram matcher, Model Runner V2's
+`NgramGPUSpeculator` (`replay_mrv2.py`), arctic-inference's suffix tree as vLLM's V1 runner
+drives it, the plugin's `AdaptiveProposer` (a `custom_class`, V1 runner)."""
+RUNNERS = ("v1", "v2")
+"""`--runner`: the model runner the target host's vLLM uses, as `VLLM_USE_V2_MODEL_RUNNER`
+(1: v2, 0: v1) would force it."""
+V1_MATCHER = "its V1 n-gram matcher drafts only on a match, ties to the earliest"
+MRV2_DRAFTER = ("its n-gram drafter (NgramGPUSpeculator) drafts k tokens every step (the last "
+                "token where nothing matches), ties to the rightmost match")
+
+
+@dataclass(frozen=True)
+class HostDrafter:
+    """The drafter vLLM runs for a method on the target host, and why (one line)."""
+
+    name: str
+    why: str
+
+
+def host_drafter(method: str, platform: str, runner: str | None = None) -> HostDrafter:
+    """The drafter the target's vLLM runs for `method` on `platform` (cpu, cuda, rbln), with
+    `runner` as `VLLM_USE_V2_MODEL_RUNNER` sets it (None: vLLM's own choice): vLLM 0.32/0.33
+    run Model Runner V2 where Triton is present (a CUDA host; on a CPU host vLLM disables
+    Triton) unless the method is one V2 lacks (suffix, custom_class: `VllmConfig.
+    _get_v2_model_runner_unsupported_features`). A runner vLLM would refuse: one line."""
+    from vllm_specdec_plugin.core.errors import SpecDecodeConfigError
+
+    if runner is not None and runner not in RUNNERS:
+        raise SpecDecodeConfigError(f"--runner {runner!r}: give v1 or v2")
+    if runner == "v2" and platform != "cuda":
+        raise SpecDecodeConfigError(
+            f"--runner v2 with --platform {platform}: whatif replays Model Runner V2 on cuda "
+            "only (its n-gram drafter needs Triton, which vLLM disables on CPU hosts); use "
+            "--platform cuda or drop --runner")
+    if runner == "v2" and method != "ngram":
+        vllm_method = "custom_class" if method == "adaptive" else method
+        raise SpecDecodeConfigError(
+            f"--runner v2 with --method {method}: vLLM's Model Runner V2 has no drafter for "
+            f"{vllm_method!r} (VLLM_USE_V2_MODEL_RUNNER=1 makes the engine refuse it); pass "
+            "--method ngram or drop --runner")
+    if method == "suffix" or method == "adaptive":
+        name, what = ((V1_SUFFIX, "suffix decoding") if method == "suffix" else
+                      (V1_ADAPTIVE, "the plugin's proposer (a custom_class)"))
+        where = ("Model Runner V2 does not support it, so vLLM keeps the V1 model runner"
+                 if platform == "cuda" else f"the V1 model runner on {platform}")
+        return HostDrafter(name, f"{what}: {where}")
+    if runner == "v1":
+        return HostDrafter(V1_NGRAM, f"--runner v1 (VLLM_USE_V2_MODEL_RUNNER=0): vLLM's V1 "
+                                     f"model runner; {V1_MATCHER}")
+    if platform == "cuda":
+        why = ("--runner v2 (VLLM_USE_V2_MODEL_RUNNER=1): Model Runner V2" if runner == "v2" else
+               "vLLM 0.32/0.33 run Model Runner V2 on a CUDA host with Triton")
+        return HostDrafter(MRV2_NGRAM, f"{why}; {MRV2_DRAFTER}")
+    host = ("vLLM disables Triton on a CPU host, so it runs the V1 model runner" if
+            platform == "cpu" else "vllm-rbln's model runner drafts with vLLM's V1 proposers")
+    return HostDrafter(V1_NGRAM, f"{host}; {V1_MATCHER}")

@@ -1,6 +1,7 @@
 """`whatif`'s three outputs: a terminal table, `--json`, and `--plot` (speedup against batch size).
 
 `--json` is one object; its `methods` list holds one entry per method and k with `method`, `k`,
+`drafter` (the drafter the target host runs, `drafter.host_drafter`) and `drafter_why`,
 `requests`, `output_tokens`, `steps`, `drafted_tokens`, `accepted_tokens`,
 `accepted_by_position`, and `predicted` as a list of `{batch, speedup, low, high}`, beside the
 traffic (each count in its unit: `entries` and their `skipped`, `requests_read` and
@@ -44,6 +45,7 @@ def method_json(outcome: MethodOutcome) -> dict[str, Any]:
     drafted = int(r.drafted.sum())
     return {
         "method": r.config.method, "k": r.config.k, "label": outcome.label,
+        "drafter": r.drafter, "drafter_why": r.drafter_why,
         "resolved": r.resolved, "requests": r.requests,
         "output_tokens": int(r.output_tokens.sum()), "steps": r.total_steps,
         "drafting_steps": int(r.drafting_steps.sum()), "drafted_tokens": drafted,
@@ -116,6 +118,7 @@ def render_table(report: WhatifReport) -> str:
             f"{'-' if rate is None else f'{rate:.0%}':>6}{j['drafting_share']:>10.0%}"
             f"{j['tokens_per_step']:>9.2f}{spread_text:>11}  "
             + "".join(f"{_ratio(p.speedup):>8}" for p in outcome.predicted))
+    lines += drafter_lines(report)
     lines.append("")
     lines.append("predicted speedup against no speculation per batch size (90% interval over "
                  "requests in --json)")
@@ -126,6 +129,16 @@ def render_table(report: WhatifReport) -> str:
         lines.append("replay speed: " + ", ".join(speeds))
     lines += report.notes
     return "\n".join(lines)
+
+
+def drafter_lines(report: WhatifReport) -> list[str]:
+    """Which drafter each configuration replayed, and why the target host runs it (once each)."""
+    outcomes = [o for o in report.outcomes if o.result.drafter]
+    if not outcomes:
+        return []
+    whys = dict.fromkeys((o.result.drafter, o.result.drafter_why) for o in outcomes)
+    return (["drafters: " + ", ".join(f"{o.label} {o.result.drafter}" for o in outcomes)]
+            + [f"  {name}: {why}" for name, why in whys])
 
 
 def traffic_lines(t: dict[str, Any]) -> list[str]:

@@ -16,12 +16,13 @@ max_tokens, and their accepted tokens, though it throws them away), so on a requ
 the replay can count fewer accepted tokens than the engine; and the suffix tree is given only
 the completion's tokens on that step.
 
-The drafters are the installed vLLM's own: the n-gram matcher (called from a numba loop over one
-request, not copied), arctic-inference's `SuffixDecodingCache` driven as vLLM's
-`SuffixDecodingProposer` drives it (its cross-request cache kept across the traffic) and the
-plugin's `AdaptiveProposer` (`replay_adaptive.py`), with vLLM's resolution of their parameters
-(`resolve`). Memory: one token row reused, per-request counters in preallocated arrays; the
-suffix tree's cross-request cache is bounded as vLLM bounds it (max_cached_requests).
+The drafters are vLLM's: the installed vLLM's V1 n-gram matcher (called from a numba loop over
+one request, not copied); for a CUDA host, Model Runner V2's n-gram drafter (`replay_mrv2.py`,
+written from its kernels and checked against them); arctic-inference's `SuffixDecodingCache`
+driven as vLLM's `SuffixDecodingProposer` drives it (its cross-request cache kept across the
+traffic) and the plugin's `AdaptiveProposer` (`replay_adaptive.py`), with vLLM's resolution of
+their parameters (`resolve`). Memory: one token row reused, per-request counters in preallocated
+arrays; the suffix tree's cross-request cache is bounded as vLLM bounds it (max_cached_requests).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import numpy as np
 from vllm_specdec_plugin.core.errors import SpecDecodeConfigError
 from vllm_specdec_plugin.core.limits import MAX_MODEL_LEN, MAX_NGRAM_LOOKUP, MAX_SPEC_TOKENS
 from vllm_specdec_plugin.core.methods import ADAPTIVE_CLASS_PATH
-from vllm_specdec_plugin.whatif.drafter import Drafter
+from vllm_specdec_plugin.whatif.drafter import MRV2_NGRAM, Drafter, HostDrafter
 from vllm_specdec_plugin.whatif.types import METHODS, MethodConfig, ReplayRequest, ReplayResult
 
 MAX_K, MAX_LOOKUP = MAX_SPEC_TOKENS, MAX_NGRAM_LOOKUP  # the bounds, `core/limits.py`
@@ -55,7 +56,7 @@ class Counts:
         self.rows = self.skipped = self.cut = self.past_end_open = 0
 
     def result(self, config: MethodConfig, resolved: dict[str, Any], seconds: float,
-               notes: Sequence[str]) -> ReplayResult:
+               notes: Sequence[str], drafter: HostDrafter | None = None) -> ReplayResult:
         rows, extra = self.rows, [PAST_END_NOTE, *notes]
         if self.skipped:
             extra.append(f"{self.skipped} request(s) skipped: an empty prompt or completion, "
@@ -68,7 +69,8 @@ class Counts:
             steps=self.steps[:rows], drafting_steps=self.drafting[:rows],
             drafted=self.drafted[:rows], accepted=self.accepted[:rows],
             accepted_by_position=self.by_position, seconds=seconds,
-            past_end_open=self.past_end_open, notes=tuple(extra))
+            past_end_open=self.past_end_open, notes=tuple(extra),
+            drafter=drafter.name if drafter else "", drafter_why=drafter.why if drafter else "")
 
 
 def check_config(config: MethodConfig, max_model_len: int) -> None:
@@ -149,12 +151,14 @@ def _one_line(exc: BaseException) -> str:
 
 def replay(requests: Sequence[ReplayRequest], config: MethodConfig, *, max_model_len: int,
            step_seconds: Callable[[int, int], float] | None = None,
-           progress: Callable[[int], None] | None = None) -> ReplayResult:
+           progress: Callable[[int], None] | None = None,
+           drafter: HostDrafter | None = None) -> ReplayResult:
     """Replay `requests` one at a time in traffic order through `config`'s drafter (rules: the
     module docstring). `step_seconds(rows, drafted)` is adaptive's only: the simulated time of
     one step, from which its cost table learns (default `replay_adaptive.default_step_seconds`);
-    `progress(done)` is called after each request with the number replayed so far. Bad
-    configuration: `SpecDecodeConfigError`, one line."""
+    `progress(done)` is called after each request with the number replayed so far; `drafter`
+    (`drafter.host_drafter`) picks ngram's drafter (None: the V1 matcher) and is carried into
+    the result. Bad configuration: `SpecDecodeConfigError`, one line."""
     check_config(config, max_model_len)
     resolved, counts = resolve(config), Counts(len(requests), config.k)
     notes: list[str] = []
@@ -164,21 +168,22 @@ def replay(requests: Sequence[ReplayRequest], config: MethodConfig, *, max_model
     max_model_len = min(max_model_len, longest + MAX_K + 2)
     # one-time costs (numba compiling, the drafter) precede the clock: `seconds` is the replay's
     if config.method == "ngram":
-        _warm_ngram_loop(resolved, max_model_len)
+        mrv2 = drafter is not None and drafter.name == MRV2_NGRAM
+        _warm_ngram_loop(resolved, max_model_len, mrv2)
         start = time.perf_counter()
-        replay_ngram(requests, resolved, max_model_len, counts, progress)
+        replay_ngram(requests, resolved, max_model_len, counts, progress, mrv2)
     else:
         from vllm_specdec_plugin.whatif.replay_adaptive import AdaptiveDrafter, SuffixDrafter
 
-        drafter = (SuffixDrafter(resolved, max_model_len) if config.method == "suffix" else
-                   AdaptiveDrafter(config.k, max_model_len, step_seconds))
+        proposer = (SuffixDrafter(resolved, max_model_len) if config.method == "suffix" else
+                    AdaptiveDrafter(config.k, max_model_len, step_seconds))
         start = time.perf_counter()
         try:
-            replay_python(requests, drafter, config.k, max_model_len, counts, progress)
+            replay_python(requests, proposer, config.k, max_model_len, counts, progress)
         finally:
-            drafter.close()
-        notes.extend(drafter.notes)
-    return counts.result(config, resolved, time.perf_counter() - start, notes)
+            proposer.close()
+        notes.extend(proposer.notes)
+    return counts.result(config, resolved, time.perf_counter() - start, notes, drafter)
 
 
 def _fit(request: ReplayRequest, max_model_len: int, counts: Counts) -> tuple[int, int]:
@@ -241,17 +246,23 @@ def _ngram_loop() -> Any:
     return one_request
 
 
-def _warm_ngram_loop(resolved: dict[str, Any], max_model_len: int) -> None:
+def _warm_ngram_loop(resolved: dict[str, Any], max_model_len: int, mrv2: bool = False) -> None:
     """Compile the n-gram loop for its argument types (once per process)."""
     tokens = np.arange(8, dtype=np.int32)
     replay_ngram([ReplayRequest(tokens[:4], tokens[4:], 0)], resolved, max_model_len,
-                 Counts(1, int(resolved["num_speculative_tokens"])), None)
+                 Counts(1, int(resolved["num_speculative_tokens"])), None, mrv2)
 
 
 def replay_ngram(requests: Sequence[ReplayRequest], resolved: dict[str, Any],
                  max_model_len: int, counts: Counts,
-                 progress: Callable[[int], None] | None) -> None:
-    loop = _ngram_loop()
+                 progress: Callable[[int], None] | None, mrv2: bool = False) -> None:
+    """The n-gram replay: vLLM's V1 matcher, or with `mrv2` Model Runner V2's drafter."""
+    if mrv2:
+        from vllm_specdec_plugin.whatif.replay_mrv2 import mrv2_loop
+
+        loop = mrv2_loop()
+    else:
+        loop = _ngram_loop()
     row = np.zeros(max_model_len + MAX_K, dtype=np.int32)  # room for a continuation
     low, high, k = (int(resolved[name]) for name in
                     ("prompt_lookup_min", "prompt_lookup_max", "num_speculative_tokens"))

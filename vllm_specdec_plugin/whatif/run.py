@@ -1,10 +1,12 @@
 """One `whatif` run, from options to a report: the stages wired in order, no printing.
 
 read the traffic (`inputs/traffic.py`) -> tokenize it with the model's tokenizer (`tokens.py`)
--> replay each configuration (`replay.py`) -> price the steps with one step-cost curve
-(`core/step_cost.StepCostCurve`: `--costs` from a running engine, filled where it has no bucket
-from the platform's prior, `core/roofline.py`) -> predicted speedup per batch size and the
-recommendation (`core/speedup.py`). `cli/whatif.py` parses the flags, `render.py` prints.
+-> replay each configuration (`replay.py`) through the drafter the target host's vLLM runs for it
+(`drafter.host_drafter`: on cuda, ngram is Model Runner V2's, `replay_mrv2.py`) -> price the
+steps with one step-cost curve (`core/step_cost.StepCostCurve`: `--costs` from a running engine,
+filled where it has no bucket from the platform's prior, `core/roofline.py`) -> predicted
+speedup per batch size and the recommendation (`core/speedup.py`). `cli/whatif.py` parses the
+flags, `render.py` prints.
 """
 
 from __future__ import annotations
@@ -55,6 +57,9 @@ class WhatifOptions:
     max_requests: int | None = None
     max_model_len: int | None = None
     """Default: the checkpoint's context length."""
+    runner: str | None = None
+    """The target's model runner, "v1" or "v2", as `VLLM_USE_V2_MODEL_RUNNER` forces it; None:
+    as vLLM chooses on the platform (`drafter.host_drafter`)."""
 
 
 @dataclass(frozen=True)
@@ -105,19 +110,23 @@ def label(config: MethodConfig, resolved: dict[str, Any] | None = None) -> str:
 
 
 def run_whatif(options: WhatifOptions, progress: Progress | None = None) -> WhatifReport:
-    """Every stage in order, the cheap checks first (the configurations, `--costs`, the
-    platform and row, the traffic path, the checkpoint's config and tokenizer), so a bad input
-    is refused before the traffic is read; errors are the stages' own one-line errors."""
+    """Every stage in order, the cheap checks first (`--costs`, the platform and row, the
+    drafter, the traffic path; then the configurations as vLLM resolves them, the checkpoint's
+    config and tokenizer), so a bad input is refused before the traffic is read; errors are the
+    stages' own one-line errors."""
     from vllm_specdec_plugin.inputs.traffic import open_traffic, read_traffic
     from vllm_specdec_plugin.whatif.curves import curve_for, pricing_for
+    from vllm_specdec_plugin.whatif.drafter import host_drafter
     from vllm_specdec_plugin.whatif.replay import replay, resolve
     from vllm_specdec_plugin.whatif.tokens import load_tokenizer, tokenize_traffic
 
     _check_counts(options)
-    for config in options.configs:
-        resolve(config)
     pricing = pricing_for(options.costs, options.platform, options.gpu)
+    drafters = {config: host_drafter(config.method, pricing.platform, options.runner)
+                for config in options.configs}
     open_traffic(options.traffic).close()
+    for config in options.configs:  # vLLM's own check: its import alone takes seconds
+        resolve(config)
     shape, max_model_len = _model(options)
     tokenizer = load_tokenizer(options.model)
     traffic = read_traffic(options.traffic, options.max_requests)
@@ -138,7 +147,7 @@ def run_whatif(options: WhatifOptions, progress: Progress | None = None) -> What
     outcomes = []
     for config in options.configs:
         result = replay(requests, config, max_model_len=max_model_len,
-                        step_seconds=_step_seconds(curve),
+                        step_seconds=_step_seconds(curve), drafter=drafters[config],
                         progress=_stage(progress, label(config), len(requests), total=True))
         outcomes.append(MethodOutcome(result, predict(ReplayCounts.of(result), curve,
                                                       options.batches)))

@@ -69,6 +69,11 @@ class ReplayResult:
     max_tokens and counts their acceptance), so its accepted count can exceed `accepted` by
     at most this many."""
     notes: tuple[str, ...] = field(default_factory=tuple)
+    drafter: str = ""
+    """The drafter replayed, as the target host runs it (`drafter.host_drafter`): "v1-ngram",
+    "mrv2-ngram-gpu", "v1-suffix", "v1-adaptive"; "" where the caller named none."""
+    drafter_why: str = ""
+    """Why the target host runs that drafter (one line)."""
 
     @property
     def requests(self) -> int:

@@ -1,17 +1,26 @@
-"""`vllm-specdec explain` as a command: the decision as JSON and its exit codes."""
+"""`vllm-specdec explain` as a command: the decision as JSON and its exit codes.
+
+Each call is `python -m vllm_specdec_plugin.cli explain ...`, forked from a server that has
+imported torch and vLLM (`support/script_runs.run_module`; `SPECDEC_TEST_FORK=0`: a fresh
+process each), since explain reads vLLM's flags with vLLM's own parser.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
-import sys
+
+from support import script_runs
+
+PRELUDE = ("vllm.entrypoints.cli.serve",)
+"""What explain imports to read vLLM's flags (`inputs/engine_args.parse_vllm_serve`): 10 s."""
 
 
 def explain(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "vllm_specdec_plugin.cli", "explain", *args],
-                          capture_output=True, text=True, env={**os.environ, **(env or {})},
-                          check=False)
+    return script_runs.run_module("vllm_specdec_plugin.cli", ["explain", *args],
+                                  {**os.environ, **(env or {})}, timeout=300,
+                                  prelude=PRELUDE)
 
 
 def test_explain_cli_decision_and_exit_codes(tmp_path):

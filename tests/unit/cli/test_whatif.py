@@ -185,3 +185,45 @@ def test_a_schedule_is_suggested_only_for_methods_vllm_schedules(tiny_llama, tra
     assert code == 0 and "recommended: suffix" in out
     assert "suffix: no per-batch schedule" in out
     assert "num_speculative_tokens_per_batch_size" not in out
+
+
+@pytest.mark.parametrize(("flags", "drafters"), [
+    ([], {"ngram": "v1-ngram", "suffix": "v1-suffix", "adaptive": "v1-adaptive"}),
+    (["--platform", "cuda"], {"ngram": "mrv2-ngram-gpu", "suffix": "v1-suffix",
+                              "adaptive": "v1-adaptive"}),
+    (["--gpu", "H100-SXM", "--runner", "v1"], {"ngram": "v1-ngram", "suffix": "v1-suffix",
+                                               "adaptive": "v1-adaptive"}),
+], ids=["cpu-default", "cuda", "cuda-runner-v1"])
+def test_each_configuration_says_which_drafter_the_host_runs(tiny_llama, traffic, capsys, flags,
+                                                              drafters):
+    """On a CUDA host vLLM 0.32/0.33 draft ngram with Model Runner V2's speculator
+    (`whatif/replay_mrv2.py`); elsewhere, and for suffix and adaptive, the V1 runner's."""
+    code, out, err = run(capsys, "--model", str(tiny_llama), "--traffic", str(traffic),
+                         "--json", "--batches", "1,64", *flags)
+    assert code == 0, err
+    methods = json.loads(out)["methods"]
+    assert {m["method"]: m["drafter"] for m in methods} == drafters
+    assert all(m["drafter_why"] and "\n" not in m["drafter_why"] for m in methods)
+    ngram = next(m for m in methods if m["method"] == "ngram")
+    code, table, _ = run(capsys, "--model", str(tiny_llama), "--traffic", str(traffic),
+                         "--batches", "1,64", *flags)
+    assert code == 0
+    assert f"drafters: ngram k=5 n=4-4 {drafters['ngram']}, suffix k=24 v1-suffix" in table
+    assert f"\n  {ngram['drafter']}: {ngram['drafter_why']}\n" in table
+    if drafters["ngram"] == "mrv2-ngram-gpu":
+        assert "k tokens every step" in ngram["drafter_why"]
+        # every step drafts k: as many draft tokens as verify steps times 5
+        assert ngram["drafted_tokens"] == 5 * ngram["steps"] == 5 * ngram["drafting_steps"]
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--runner", "v2"], "--runner v2 with --platform cpu: whatif replays Model Runner V2 on "
+                         "cuda only"),
+    (["--runner", "v2", "--platform", "cuda", "--method", "suffix"],
+     "--runner v2 with --method suffix: vLLM's Model Runner V2 has no drafter for 'suffix'"),
+    (["--runner", "v3"], "argument --runner: invalid choice: 'v3'"),
+], ids=["v2-on-cpu", "v2-suffix", "unknown"])
+def test_a_runner_the_host_cannot_run_is_one_line(tiny_llama, traffic, capsys, flags, message):
+    code, out, err = run(capsys, "--model", str(tiny_llama), "--traffic", str(traffic), *flags)
+    assert code == 2 and out == ""
+    assert message in err and err.count("\n") == 1, err

@@ -21,6 +21,7 @@ from vllm_specdec_plugin.engine.patching import Change, Patch, apply_patch, rest
 FIXES = ["cpu-expand-kernel", "top-k-empty-batch"]
 
 
+@pytest.mark.contract  # vLLM 0.32's own sampler, in a process of its own
 def test_fixes_reach_the_sampler_when_vllm_registered_its_kernels_first(registration_first):
     """A vLLM that binds its CPU kernels before the plugin loads still gets the fixes."""
     result = registration_first
@@ -31,6 +32,7 @@ def test_fixes_reach_the_sampler_when_vllm_registered_its_kernels_first(registra
                    for line in result["log"]), result["log"]
 
 
+@pytest.mark.contract  # vLLM 0.32's own sampler, in a process of its own
 def test_fixes_reach_the_sampler_when_the_plugin_loads_first(registration_first):
     """vLLM 0.32's worker order: plugins, then the platform's kernel registration."""
     result = patch_probe("plugin-first")
@@ -41,6 +43,7 @@ def test_fixes_reach_the_sampler_when_the_plugin_loads_first(registration_first)
         set(line for line in result["log"] if "patched" in line))
 
 
+@pytest.mark.contract
 @pytest.mark.parametrize("order", ["plugin-first", "registration-first"])
 def test_a_failed_expand_proof_undoes_everything_the_fix_put_in_place(order, registration_first):
     """Forced to fail, the proof undoes the patch, its proof wrapper and the kernel registration:
