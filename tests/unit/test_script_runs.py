@@ -1,0 +1,124 @@
+"""The tests' fork server (`support/script_runs.py`, `support/engine_zygote.py`): a forked run is
+what a fresh `python script *args` would be (output, exit code, argv, environment, working
+directory), a run past its deadline is killed with its whole session and leaves the server
+usable, and a run whose import-time environment differs gets a server of its own.
+
+The server here imports `json` only (the prelude is the caller's), so these take a second.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from support import script_runs
+
+LIGHT = ("json",)
+REPORT = """
+import json, os, sys
+print(json.dumps({"argv": sys.argv[1:], "env": dict(os.environ), "cwd": os.getcwd(),
+                  "ppid": os.getppid(), "path0": sys.path[0]}))
+print("to stderr", file=sys.stderr)
+sys.exit(int(os.environ.get("EXIT", "0")))
+"""
+
+
+def env(**extra: str) -> dict[str, str]:
+    return {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", ""), **extra}
+
+
+@pytest.fixture
+def report(tmp_path: Path) -> Path:
+    script = tmp_path / "report.py"
+    script.write_text(REPORT)
+    return script
+
+
+def run(script: Path, *args: str, timeout: float = 60, **extra: str
+        ) -> subprocess.CompletedProcess[str]:
+    return script_runs.run(script, list(args), env(**extra), timeout, prelude=LIGHT,
+                           starts_engine=False)
+
+
+def servers() -> dict:
+    return script_runs._servers
+
+
+def test_a_forked_run_is_what_a_fresh_process_would_be(report, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    done = run(report, "a", "b c", EXIT="3", ONLY="this")
+    seen = json.loads(done.stdout)
+    assert done.returncode == 3 and done.stderr == "to stderr\n"
+    assert seen["argv"] == ["a", "b c"] and seen["cwd"] == str(tmp_path)
+    assert seen["env"] == env(EXIT="3", ONLY="this")  # replaced, not merged into the server's
+    assert seen["path0"] == str(report.parent)  # as `python script` sets it
+    key = next(k for k in servers() if k[1] == LIGHT)
+    assert seen["ppid"] == servers()[key].proc.pid  # forked: the server is its parent
+
+
+def test_a_module_runs_as_dash_m_would(tmp_path, monkeypatch):
+    (tmp_path / "mod_for_run.py").write_text(REPORT)
+    monkeypatch.chdir(tmp_path)
+    done = script_runs.run_module("mod_for_run", ["x"], env(), 60, prelude=LIGHT)
+    seen = json.loads(done.stdout)
+    assert done.returncode == 0 and seen["argv"] == ["x"] and seen["path0"] == str(tmp_path)
+
+
+def test_a_run_past_its_deadline_is_killed_with_its_session(tmp_path):
+    marker = tmp_path / "grandchild.pid"
+    script = tmp_path / "hang.py"
+    script.write_text(f"""
+import subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+open({str(marker)!r}, "w").write(str(child.pid))
+print("started", flush=True)
+time.sleep(120)
+""")
+    started = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired) as caught:
+        run(script, timeout=3)
+    assert time.monotonic() - started < 30
+    assert "started" in caught.value.output
+    grandchild = int(marker.read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _alive(grandchild):
+        time.sleep(0.1)
+    assert not _alive(grandchild), "the run's own child outlived the deadline"
+    # the protocol stayed in step: the same server takes the next run
+    ok = tmp_path / "ok.py"
+    ok.write_text("print('ok')\n")
+    again = run(ok, timeout=30)
+    assert again.returncode == 0 and again.stdout == "ok\n"
+
+
+def test_another_import_time_environment_gets_a_server_of_its_own(report):
+    run(report)
+    before = {k for k in servers() if k[1] == LIGHT}
+    run(report, TORCH_SOMETHING="1")  # TORCH* is read while torch imports
+    after = {k for k in servers() if k[1] == LIGHT}
+    assert len(after) == len(before) + 1
+    run(report, KAITO_ENABLE_SPECULATIVE_DECODING="true")  # read at engine start, not import
+    assert {k for k in servers() if k[1] == LIGHT} == after
+
+
+def test_the_switch_off_starts_a_fresh_process(report, monkeypatch):
+    monkeypatch.setenv(script_runs.SWITCH, "0")
+    seen = json.loads(run(report).stdout)
+    assert seen["ppid"] == os.getpid()  # Popen from this process, no server between
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie (killed, not yet reaped by its parent) counts as gone
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split()[2] != "Z"
+    except OSError:
+        return False
