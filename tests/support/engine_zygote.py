@@ -22,6 +22,7 @@ run here only where those variables equal the server's.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import os
 import runpy
@@ -30,7 +31,8 @@ import traceback
 from typing import IO
 
 
-def _child(request: dict, protocol: tuple[IO[str], IO[str]]) -> None:
+def _child(request: dict, protocol: tuple[IO[str], IO[str]],
+           set_by_imports: dict[str, str | None]) -> None:
     """In the forked child: never returns (SystemExit runs the interpreter's exit handlers, as
     a script's own exit would: the adaptive proposer's last statistics write is one)."""
     code: int | str | None = 0
@@ -46,6 +48,14 @@ def _child(request: dict, protocol: tuple[IO[str], IO[str]]) -> None:
             os.close(fd)
         os.environ.clear()
         os.environ.update(request["env"])
+        # what the prelude's imports wrote into the environment (vLLM's env_override sets
+        # TORCHINDUCTOR_COMPILE_THREADS and others while it imports): a fresh process that
+        # imported them would hold it too
+        for key, value in set_by_imports.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
         os.chdir(request["cwd"])
         if "module" in request:  # `python -m module`: sys.path[0] is the working directory
             sys.argv = [request["module"], *request["args"]]
@@ -73,8 +83,13 @@ def serve(modules: list[str]) -> None:
     os.dup2(2, 1)  # a stray print of the imports must not reach the protocol
     # what the runner scripts import before their engine starts, and no more: the plugin's
     # patches then meet the same modules already imported as in a fresh process
+    before = dict(os.environ)
     for module in modules:
-        importlib.import_module(module)
+        if importlib.util.find_spec(module.partition(".")[0]) is not None:  # else: not here
+            importlib.import_module(module)
+    set_by_imports: dict[str, str | None] = {
+        key: value for key, value in os.environ.items() if before.get(key) != value}
+    set_by_imports.update({key: None for key in before if key not in os.environ})
 
     answers.write(json.dumps({"ready": os.getpid()}) + "\n")
     answers.flush()
@@ -84,7 +99,7 @@ def serve(modules: list[str]) -> None:
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
-            _child(request, (requests, answers))
+            _child(request, (requests, answers), set_by_imports)
         answers.write(json.dumps({"pid": pid}) + "\n")
         answers.flush()
         _, status = os.waitpid(pid, 0)

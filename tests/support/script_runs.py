@@ -41,10 +41,14 @@ resolves while importing) read: a run goes to a server only where these equal th
 vllm-rbln reads `_VLLM_RBLN_RESOLVED_MODEL_IMPL` at import (`vllm_rbln/envs.py`)."""
 ENGINE_PRELUDE = ("torch", "vllm.entrypoints.llm")
 """What the engine runner scripts import before their engine starts (`from vllm import LLM`)."""
-CONTRACT_PRELUDE = ("torch", "vllm")
-"""What a contract probe's server imports: vLLM's package, which resolves no platform on vLLM
-0.32/0.33 (a probe stands in CUDA, or picks the CPU platform, after the fork); on vLLM 0.30 with
-vllm-rbln installed it resolves RblnPlatform, from the import-time environment the key holds."""
+CONTRACT_PRELUDE = ("torch", "vllm", "torch._dynamo", "torch._inductor", "functorch.compile",
+                    "transformers", "openai.types.responses", "triton", "fastapi", "aiohttp")
+"""What a contract probe's server imports: vLLM's package (15 light modules, which resolve no
+platform on vLLM 0.32/0.33: a probe stands in CUDA, or picks the CPU platform, after the fork;
+on vLLM 0.30 with vllm-rbln installed it resolves RblnPlatform, from the import-time environment
+the key holds), then the third-party modules vLLM imports later (5 s of a probe's 10 s here),
+none of which is a module the plugin changes; `vllm` first, as vLLM's `env_override` sets
+torch's compile variables before torch's compiler imports. A module not installed is left out."""
 MAX_SERVERS = 4
 """Servers kept per pytest process (each holds torch and vLLM: ~1 GB); the least recently
 used one is closed for a fifth."""

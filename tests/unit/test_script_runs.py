@@ -60,6 +60,17 @@ def test_a_forked_run_is_what_a_fresh_process_would_be(report, tmp_path, monkeyp
     assert seen["ppid"] == servers()[key].proc.pid  # forked: the server is its parent
 
 
+def test_what_the_prelude_writes_into_the_environment_the_child_holds_too(report, tmp_path):
+    """As a fresh process that imported it would (vLLM's env_override sets variables)."""
+    (tmp_path / "sets_env.py").write_text(
+        "import os\nos.environ['SET_BY_IMPORT'] = 'yes'\nos.environ.pop('DROPPED', None)\n")
+    done = script_runs.run(report, [], env(PYTHONPATH=str(tmp_path), DROPPED="1"), 60,
+                           prelude=("sets_env", "no_such_module_here"), starts_engine=False)
+    seen = json.loads(done.stdout)["env"]
+    assert seen["SET_BY_IMPORT"] == "yes" and "DROPPED" not in seen
+    assert seen["PYTHONPATH"] == str(tmp_path)
+
+
 def test_a_module_runs_as_dash_m_would(tmp_path, monkeypatch):
     (tmp_path / "mod_for_run.py").write_text(REPORT)
     monkeypatch.chdir(tmp_path)
