@@ -158,6 +158,9 @@ class Hardware:
     """A drafting step's extra over a plain one (proposer, rejection sampler), as a share."""
     title: str = ""
     sources: dict[str, str] = field(default_factory=dict, compare=False)
+    memory_gib: float | None = None
+    """The GPU's memory (the datasheet's GB, taken as GiB), for the KV capacity
+    (`core/kv_capacity.py`); None on the cpu row (vLLM's `VLLM_CPU_KVCACHE_SPACE` sizes it)."""
 
     @property
     def bytes_per_s(self) -> float:

@@ -4,7 +4,9 @@ Read through the bounded YAML loader (`inputs/parsers.py`) and checked row by ro
 finite and in its range, every number with a non-empty source (a figure without its source is
 refused: the table's point is that each prior can be traced), names unique. The GPU rows take
 their efficiencies, overhead and switch share from `gpu_defaults` unless they give their own;
-the `cpu` row gives all of its own. `cpu_prior` is the roofline prior for this project's CPU
+the `cpu` row gives all of its own. Each GPU row gives its `memory_gib` (for the KV capacity)
+with its source; the `cpu` row gives none (vLLM's `VLLM_CPU_KVCACHE_SPACE` sizes a CPU's cache).
+`cpu_prior` is the roofline prior for this project's CPU
 machine kind, `roofline_curve` on the `cpu` row.
 """
 
@@ -34,7 +36,7 @@ TUNED = ("bandwidth_efficiency", "flops_efficiency", "fp8_flops_efficiency", "ov
 RANGES = {"memory_bandwidth_gbs": (1e-3, 1e6), "bf16_tflops": (1e-6, 1e6),
           "fp8_tflops": (1e-6, 1e6), "bandwidth_efficiency": (1e-3, 1.0),
           "flops_efficiency": (1e-3, 1.0), "fp8_flops_efficiency": (1e-3, 1.0),
-          "overhead_s": (0.0, 1.0), "switch_share": (0.0, 1.0)}
+          "overhead_s": (0.0, 1.0), "switch_share": (0.0, 1.0), "memory_gib": (1.0, 4096.0)}
 FIX = "fix the hardware table"
 
 
@@ -59,7 +61,8 @@ def _number(row: dict[str, Any], key: str, source: str, where: str) -> float:
     return float(value)
 
 
-def _row(row: Any, defaults: dict[str, Any], source: str, where: str) -> Hardware:
+def _row(row: Any, defaults: dict[str, Any], source: str, where: str,
+         gpu: bool = True) -> Hardware:
     row = _mapping(row, source, where)
     name = row.get("name")
     if not isinstance(name, str) or not name or name != name.strip().lower():
@@ -74,7 +77,13 @@ def _row(row: Any, defaults: dict[str, Any], source: str, where: str) -> Hardwar
     # null: no FP8 units (W8A16 runs at the BF16 rate)
     fp8 = None if merged.get("fp8_tflops") is None else _number(merged, "fp8_tflops", source,
                                                                  where)
-    for key in (*PEAKS, *TUNED):
+    if gpu:
+        values["memory_gib"] = _number(merged, "memory_gib", source, where)
+    elif "memory_gib" in merged:
+        raise _refuse(source, f"{where}.memory_gib", "is not read on the cpu row (vLLM's "
+                      "VLLM_CPU_KVCACHE_SPACE sizes a CPU's KV cache); remove it")
+    keys = (*PEAKS, *TUNED, *(("memory_gib",) if gpu else ()))
+    for key in keys:
         text = sources.get(key)
         if not isinstance(text, str) or not text.strip():
             raise _refuse(source, f"{where}.sources.{key}", "is missing: every number needs "
@@ -86,7 +95,8 @@ def _row(row: Any, defaults: dict[str, Any], source: str, where: str) -> Hardwar
                     fp8_flops_efficiency=values["fp8_flops_efficiency"],
                     overhead_s=values["overhead_s"], switch_share=values["switch_share"],
                     title=str(row.get("title") or name),
-                    sources={k: " ".join(str(sources[k]).split()) for k in (*PEAKS, *TUNED)})
+                    sources={k: " ".join(str(sources[k]).split()) for k in keys},
+                    memory_gib=values.get("memory_gib"))
 
 
 def parse_hardware_table(text: str, source: str) -> dict[str, Hardware]:
@@ -97,7 +107,7 @@ def parse_hardware_table(text: str, source: str) -> dict[str, Hardware]:
     if not isinstance(gpus, list) or not gpus:
         raise _refuse(source, "gpus", "must be a non-empty list of rows")
     rows = [_row(row, defaults, source, f"gpus[{i}]") for i, row in enumerate(gpus)]
-    rows.append(_row(document.get("cpu"), {}, source, "cpu"))
+    rows.append(_row(document.get("cpu"), {}, source, "cpu", gpu=False))
     table: dict[str, Hardware] = {}
     for row in rows:
         if row.name in table:

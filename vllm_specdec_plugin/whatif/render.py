@@ -3,10 +3,15 @@
 `--json` is one object; its `methods` list holds one entry per method and k with `method`, `k`,
 `drafter` (the drafter the target host runs, `drafter.host_drafter`) and `drafter_why`,
 `requests`, `output_tokens`, `steps`, `drafted_tokens`, `accepted_tokens`,
-`accepted_by_position`, and `predicted` as a list of `{batch, speedup, low, high}`, beside the
+`accepted_by_position`, and `predicted` as a list per batch size of `{batch, speedup, low, high}`
+(`low`/`high`: the bootstrap interval over requests) with what priced it and its model error
+(`priced_by`, `model_error`, `model_error_note`, `model_low`/`model_high`: the interval widened
+by the model error, null where unknown) and whether the KV cache holds it (`fits`,
+`kv_capacity_requests`; a batch that does not fit has no speedup), beside the
 traffic (each count in its unit: `entries` and their `skipped`, `requests_read` and
 `requests_skipped`, `stop_reason`), the cost curve with `pricing` (the hardware row, what it
-rests on, why it was chosen, what it priced) and the recommendation. `--plot`'s path and
+rests on, why it was chosen, what it priced), `model_error` per source, `not_priced` and
+`kv_capacity`, and the recommendation. `--plot`'s path and
 matplotlib are checked before the run (`plot_problem`).
 """
 
@@ -20,8 +25,17 @@ from typing import Any
 
 import numpy as np
 
+from vllm_specdec_plugin.core.curve_error import NOT_PRICED
 from vllm_specdec_plugin.core.methods import method_spec
 from vllm_specdec_plugin.core.step_cost import bucket_label
+from vllm_specdec_plugin.whatif.model_error import (
+    STRADDLE_MARK,
+    capacity_json,
+    capacity_lines,
+    cell,
+    error_lines,
+    predicted_json,
+)
 from vllm_specdec_plugin.whatif.run import MethodOutcome, WhatifReport
 
 SPREAD_PERCENTILES = (10, 90)
@@ -37,7 +51,7 @@ def per_request_tokens_per_step(outcome: MethodOutcome) -> np.ndarray:
     return emitted[keep] / steps[keep]
 
 
-def method_json(outcome: MethodOutcome) -> dict[str, Any]:
+def method_json(outcome: MethodOutcome, report: WhatifReport | None = None) -> dict[str, Any]:
     r = outcome.result
     spread = per_request_tokens_per_step(outcome)
     low, high = (np.percentile(spread, SPREAD_PERCENTILES).tolist() if len(spread)
@@ -56,8 +70,10 @@ def method_json(outcome: MethodOutcome) -> dict[str, Any]:
         "drafting_share": r.drafting_share, "tokens_per_step": r.tokens_per_step,
         "tokens_per_step_spread": {f"p{SPREAD_PERCENTILES[0]}": low,
                                    f"p{SPREAD_PERCENTILES[1]}": high},
-        "predicted": [{"batch": p.batch, "speedup": p.speedup, "low": p.low, "high": p.high}
-                      for p in outcome.predicted],
+        "predicted": ([{"batch": p.batch, "speedup": p.speedup, "low": p.low, "high": p.high}
+                       for p in outcome.predicted] if report is None else
+                      predicted_json(outcome.predicted, report.options.batches, report.errors,
+                                     report.capacity)),
         "replay_tokens_per_s": outcome.replay_tokens_per_s,
         "notes": list(r.notes)}
 
@@ -67,12 +83,17 @@ def curve_json(report: WhatifReport) -> dict[str, Any]:
     return {"source": curve.source, "fixed_tokens": curve.fixed_tokens,
             "measured_buckets": [bucket_label(k) for k in sorted(curve.measured)],
             "buckets": {bucket_label(k): asdict(v) for k, v in sorted(curve.buckets.items())},
-            "prior_share": report.prior_share, "pricing": report.pricing}
+            "prior_share": report.prior_share, "pricing": report.pricing,
+            "model_error": [{"priced_by": e.priced_by, "model_error": e.error,
+                             "model_error_note": e.note}
+                            for e in dict.fromkeys(report.errors.values())],
+            "not_priced": list(NOT_PRICED),
+            "kv_capacity": capacity_json(report.capacity, report.capacity_note)}
 
 
 def to_json(report: WhatifReport) -> dict[str, Any]:
     return {"traffic": report.traffic, "model": report.model, "costs": curve_json(report),
-            "methods": [method_json(o) for o in report.outcomes],
+            "methods": [method_json(o, report) for o in report.outcomes],
             "recommendation": asdict(report.recommendation), "notes": report.notes}
 
 
@@ -103,12 +124,17 @@ def render_table(report: WhatifReport) -> str:
     share = report.prior_share
     lines.append("  " + ("every batch size priced from measured step costs" if share == 0 else
                          f"{share:.0%} of the batch sizes priced from a prior (not measured)"))
-    batches = [p.batch for p in report.outcomes[0].predicted] if report.outcomes else []
+    batches = list(report.options.batches)
     head = (f"{'method':<22}{'drafted':>9}{'accepted':>10}{'acc%':>6}{'drafting%':>10}"
             f"{'tok/step':>9}{'p10-p90':>11}  " + "".join(f"{'b=' + str(b):>8}" for b in batches))
     lines += ["", head, "-" * len(head)]
+    marked = False
     for outcome in report.outcomes:
         j = method_json(outcome)
+        by_batch = {p.batch: p for p in outcome.predicted}
+        cells = [cell(by_batch.get(b), report.errors[b], _ratio(by_batch[b].speedup)
+                      if b in by_batch else "") for b in batches]
+        marked = marked or any(c.endswith(STRADDLE_MARK) for c in cells)
         spread = j["tokens_per_step_spread"]
         spread_text = ("-" if spread["p10"] is None
                        else f"{spread['p10']:.2f}-{spread['p90']:.2f}")
@@ -117,11 +143,14 @@ def render_table(report: WhatifReport) -> str:
             f"{outcome.label:<22}{j['drafted_tokens']:>9,}{j['accepted_tokens']:>10,}"
             f"{'-' if rate is None else f'{rate:.0%}':>6}{j['drafting_share']:>10.0%}"
             f"{j['tokens_per_step']:>9.2f}{spread_text:>11}  "
-            + "".join(f"{_ratio(p.speedup):>8}" for p in outcome.predicted))
+            + "".join(f"{c:>8}" for c in cells))
     lines += drafter_lines(report)
     lines.append("")
     lines.append("predicted speedup against no speculation per batch size (90% interval over "
                  "requests in --json)")
+    lines += capacity_lines(report.capacity, report.capacity_note, report.pricing.get("row")
+                            or "GPU", report.model["path"], batches)
+    lines += error_lines(report.errors, marked)
     lines += recommendation_lines(report)
     speeds = [f"{o.label} {o.replay_tokens_per_s / 1000:,.0f}k tokens/s"
               for o in report.outcomes if o.replay_tokens_per_s]
@@ -173,6 +202,8 @@ def recommendation_lines(report: WhatifReport) -> list[str]:
     """The option to start from, where speculation stops paying, and the schedule the
     controller would start from (`num_speculative_tokens_per_batch_size`)."""
     rec = report.recommendation
+    if not any(o.predicted for o in report.outcomes):
+        return ["recommended: nothing (no batch size was predicted: none fits the KV cache)"]
     if rec.best is None:
         return ["recommended: no speculation (no option's interval is above 1x at batch "
                 f"{report.options.batches[0]})"]

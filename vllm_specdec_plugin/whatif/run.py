@@ -5,7 +5,9 @@ read the traffic (`inputs/traffic.py`) -> tokenize it with the model's tokenizer
 (`drafter.host_drafter`: on cuda, ngram is Model Runner V2's, `replay_mrv2.py`) -> price the
 steps with one step-cost curve (`core/step_cost.StepCostCurve`: `--costs` from a running engine,
 filled where it has no bucket from the platform's prior, `core/roofline.py`) -> predicted
-speedup per batch size and the recommendation (`core/speedup.py`). `cli/whatif.py` parses the
+speedup per batch size and the recommendation (`core/speedup.py`), each batch size with the
+model error of what priced it, and none above the KV capacity of the row's GPU
+(`model_error.py`). `cli/whatif.py` parses the
 flags, `render.py` prints.
 """
 
@@ -17,7 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from vllm_specdec_plugin.core.curve_error import CurveError
 from vllm_specdec_plugin.core.errors import SpecDecodeConfigError
+from vllm_specdec_plugin.core.kv_capacity import KvCapacity
 from vllm_specdec_plugin.core.limits import (
     MAX_BATCH_SIZE,
     MAX_MODEL_LEN,
@@ -96,6 +100,12 @@ class WhatifReport:
     pricing: dict[str, Any] = field(default_factory=dict)
     """The hardware row that priced it, why that row, and what it priced
     (`curves.Pricing.describe`)."""
+    errors: dict[int, CurveError] = field(default_factory=dict)
+    """Per batch size, the model error of what priced it (`model_error.batch_errors`)."""
+    capacity: KvCapacity | None = None
+    """The KV capacity of the row's GPU (None: not checked; `capacity_note` says why). A batch
+    above it is not predicted: it is absent from each outcome's `predicted`."""
+    capacity_note: str = ""
 
 
 def label(config: MethodConfig, resolved: dict[str, Any] | None = None) -> str:
@@ -117,6 +127,7 @@ def run_whatif(options: WhatifOptions, progress: Progress | None = None) -> What
     from vllm_specdec_plugin.inputs.traffic import open_traffic, read_traffic
     from vllm_specdec_plugin.whatif.curves import curve_for, pricing_for
     from vllm_specdec_plugin.whatif.drafter import host_drafter
+    from vllm_specdec_plugin.whatif.model_error import batch_errors, capacity_for
     from vllm_specdec_plugin.whatif.replay import replay, resolve
     from vllm_specdec_plugin.whatif.tokens import load_tokenizer, tokenize_traffic
 
@@ -144,23 +155,42 @@ def run_whatif(options: WhatifOptions, progress: Progress | None = None) -> What
                            "by this model")
     context = _mean_context(requests)
     curve = curve_for(pricing, shape, context)
+    summary = _traffic_summary(options.traffic, traffic, tokenized, requests)
+    capacity, capacity_note = capacity_for(
+        pricing.row, shape, summary["mean_prompt_tokens"] + summary["mean_completion_tokens"],
+        max(config.k for config in options.configs))
+    fitting = tuple(b for b in options.batches if capacity is None or capacity.fits(b))
     outcomes = []
     for config in options.configs:
         result = replay(requests, config, max_model_len=max_model_len,
                         step_seconds=_step_seconds(curve), drafter=drafters[config],
                         progress=_stage(progress, label(config), len(requests), total=True))
-        outcomes.append(MethodOutcome(result, predict(ReplayCounts.of(result), curve,
-                                                      options.batches)))
-    chosen = recommend({o.label: o.predicted for o in outcomes},
+        outcomes.append(MethodOutcome(result, predict(ReplayCounts.of(result), curve, fitting)
+                                      if fitting else []))
+    errors = batch_errors(pricing.row, curve, options.batches)
+    # a batch counts as paying only where the interval widened by a known model error stays
+    # above 1: a recommendation the curve's own error could turn into a loss is not made
+    chosen = recommend({o.label: [_with_model_low(p, errors[p.batch]) for p in o.predicted]
+                        for o in outcomes},
                        {o.label: o.result.config.k for o in outcomes},
                        {o.label: o.result.config.method for o in outcomes})
     share = prior_share(curve, options.batches)
     return WhatifReport(
-        options=options, traffic=_traffic_summary(options.traffic, traffic, tokenized, requests),
+        options=options, traffic=summary,
         model={"path": options.model, "parameters": getattr(shape, "parameters", None),
                "max_model_len": max_model_len, "mean_context": round(context, 1)},
         curve=curve, prior_share=share, outcomes=outcomes, recommendation=chosen,
-        pricing=pricing.describe(curve, share))
+        pricing=pricing.describe(curve, share),
+        errors=errors, capacity=capacity,
+        capacity_note=capacity_note)
+
+
+def _with_model_low(predicted: Predicted, error: CurveError) -> Predicted:
+    """`predicted` with its low end widened by a known model error (unknown: as it is)."""
+    low, high = error.band(predicted.low, predicted.high)
+    if low is None or high is None:
+        return predicted
+    return Predicted(predicted.batch, predicted.speedup, low, high)
 
 
 def _check_counts(options: WhatifOptions) -> None:

@@ -227,3 +227,102 @@ def test_a_runner_the_host_cannot_run_is_one_line(tiny_llama, traffic, capsys, f
     code, out, err = run(capsys, "--model", str(tiny_llama), "--traffic", str(traffic), *flags)
     assert code == 2 and out == ""
     assert message in err and err.count("\n") == 1, err
+
+
+# --- the model error of what priced each batch, and the KV capacity ---------------------------
+
+LLAMA_8B = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+            "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 14336,
+            "vocab_size": 128256, "tie_word_embeddings": False,
+            "max_position_embeddings": 131072}
+LLAMA_70B = {**LLAMA_8B, "hidden_size": 8192, "num_hidden_layers": 80,
+             "num_attention_heads": 64, "intermediate_size": 28672}
+
+
+def checkpoint_shaped(tiny_llama, tmp_path, sizes: dict):
+    """The tiny checkpoint's tokenizer under a config.json of another model's sizes."""
+    import shutil
+
+    path = tmp_path / f"shaped-{sizes['num_hidden_layers']}"
+    shutil.copytree(tiny_llama, path)
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**config, **sizes}))
+    return path
+
+
+def test_the_cpu_priors_error_widens_the_interval_and_marks_a_straddle(tiny_llama, traffic,
+                                                                         capsys):
+    from vllm_specdec_plugin.core.curve_error import NOT_PRICED, curve_error, model_band
+    from vllm_specdec_plugin.inputs.hardware import find_hardware
+
+    error = curve_error(find_hardware("cpu"), measured=False)
+    code, out, _ = run(capsys, "--model", str(tiny_llama), "--traffic", str(traffic), "--json",
+                       "--method", "ngram", "--batches", "1,64")
+    assert code == 0
+    report = json.loads(out)
+    for p in report["methods"][0]["predicted"]:
+        assert p["priced_by"] == "cpu" and p["model_error"] == error.error and p["fits"]
+        assert (p["model_low"], p["model_high"]) == model_band(p["low"], p["high"], error.error)
+        assert p["kv_capacity_requests"] is None
+    assert report["costs"]["not_priced"] == list(NOT_PRICED)
+    assert report["costs"]["kv_capacity"]["checked"] is False
+    code, table, _ = run(capsys, "--model", str(tiny_llama), "--traffic", str(traffic),
+                         "--method", "ngram", "--batches", "1,64")
+    assert (f"model error of the cpu prior (batch 1, 64): +/-{error.error:.1%} per step "
+            f"({error.note}); the model band widens") in table
+    assert "not priced: async scheduling" in table and "prefill interference" in table
+    assert "KV capacity not checked on cpu" in table
+    # a cell whose model band straddles 1.0 is marked, with the legend
+    straddled = [p for p in report["methods"][0]["predicted"]
+                 if p["model_low"] < 1.0 < p["model_high"]]
+    cells = table.split("ngram k=5 n=4-4", 1)[1].splitlines()[0].split()[-2:]
+    assert [c.endswith("?") for c in cells] == [
+        p["model_low"] < 1.0 < p["model_high"] for p in report["methods"][0]["predicted"]]
+    assert ("?: the model band straddles 1.0" in table) == bool(straddled)
+
+
+def test_a_batch_the_kv_cache_cannot_hold_is_marked_not_predicted(tiny_llama, traffic,
+                                                                  tmp_path, capsys):
+    model = checkpoint_shaped(tiny_llama, tmp_path, LLAMA_8B)
+    argv = ["--model", str(model), "--traffic", str(traffic), "--method", "ngram"]
+    code, out, err = run(capsys, *argv, "--gpu", "l4", "--batches", "8,1024", "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    capacity = report["costs"]["kv_capacity"]
+    assert capacity["checked"] and 8 < capacity["requests"] < 1024
+    fits, big = report["methods"][0]["predicted"]
+    assert fits["fits"] and fits["speedup"] > 0 and fits["priced_by"] == "l4"
+    assert fits["model_error"] is None and fits["model_error_note"].startswith("unknown: ")
+    assert fits["model_low"] is None and fits["model_high"] is None
+    assert big | {"model_error_note": ""} == {
+        "batch": 1024, "speedup": None, "low": None, "high": None, "priced_by": "l4",
+        "model_error": None, "model_error_note": "", "model_low": None, "model_high": None,
+        "fits": False, "kv_capacity_requests": capacity["requests"]}
+    assert [b for b, _ in report["recommendation"]["per_batch"]] == [8]
+    code, table, _ = run(capsys, *argv, "--gpu", "l4", "--batches", "8,1024")
+    row = table.split("ngram k=5 n=4-4", 1)[1].splitlines()[0]
+    assert row.split()[-1] == "KV>" and row.split()[-2].endswith("x")
+    assert (f"batch sizes above {capacity['requests']} requests of ~"
+            f"{capacity['tokens_per_request']} tokens do not fit the KV cache of one l4 (24 GiB "
+            "x 0.9, 2 GiB reserved; tensor parallelism not modelled) with "
+            f"{model} (weights 15.0 GiB): not predicted (KV>)") in table
+    assert ("model error of the l4 prior (batch 8, 1024): unknown: in-sample calibration only"
+            in table and "-2.4% at batch 30, +34% at batch 128" in table)
+    # on an H100 SXM batch 8 fits and no line says otherwise
+    code, out, _ = run(capsys, *argv, "--gpu", "h100-sxm", "--batches", "8", "--json")
+    assert [p["fits"] for p in json.loads(out)["methods"][0]["predicted"]] == [True]
+
+
+def test_weights_that_do_not_fit_predict_nothing(tiny_llama, traffic, tmp_path, capsys):
+    model = checkpoint_shaped(tiny_llama, tmp_path, LLAMA_70B)
+    argv = ["--model", str(model), "--traffic", str(traffic), "--method", "ngram", "--gpu", "l4",
+            "--batches", "1,8"]
+    code, table, err = run(capsys, *argv)
+    assert code == 0, err
+    assert f"the weights of {model} (131.4 GiB) do not fit one l4" in table
+    assert "recommended: nothing (no batch size was predicted" in table
+    assert table.split("ngram k=5 n=4-4", 1)[1].splitlines()[0].split()[-2:] == ["KV>", "KV>"]
+    code, out, _ = run(capsys, *argv, "--json")
+    report = json.loads(out)
+    assert report["costs"]["kv_capacity"]["weights_fit"] is False
+    assert [p["speedup"] for p in report["methods"][0]["predicted"]] == [None, None]

@@ -156,9 +156,16 @@ def test_table_has_every_row_with_a_source_for_every_number():
     assert set(table) >= {"h100-sxm", "h100-nvl", "h100-pcie", "h200", "a100-80gb-sxm",
                           "a100-40gb", "l40s", "l4", "a10g", "b200", "cpu"}
     for row in table.values():
-        assert len(row.sources) == 8 and all(len(text) > 10 for text in row.sources.values())
+        gpu = row.name != "cpu"
+        assert len(row.sources) == 8 + gpu and all(len(t) > 10 for t in row.sources.values())
+        assert (row.memory_gib is not None) == gpu
         assert 0 < row.bandwidth_efficiency <= 1 and 0 < row.flops_efficiency <= 1
     assert table["a100-80gb-sxm"].fp8_tflops is None
+    assert {name: table[name].memory_gib for name in (
+        "h100-sxm", "h100-nvl", "h100-pcie", "h200", "a100-80gb-sxm", "a100-40gb", "l40s", "l4",
+        "a10g", "b200")} == {"h100-sxm": 80, "h100-nvl": 94, "h100-pcie": 80, "h200": 141,
+                             "a100-80gb-sxm": 80, "a100-40gb": 40, "l40s": 48, "l4": 24,
+                             "a10g": 24, "b200": 180}
     assert table["cpu"].sources["overhead_s"].startswith("fitted:")
     assert find_hardware(" H100-NVL ").name == "h100-nvl"
     with pytest.raises(SpecDecodeConfigError, match=r"--gpu 'h300' is not in .* give one of"):
@@ -175,8 +182,8 @@ gpu_defaults:
   sources: {bandwidth_efficiency: a, flops_efficiency: b, fp8_flops_efficiency: c,
             overhead_s: d, switch_share: e}
 gpus:
-  - {name: x1, memory_bandwidth_gbs: 1000, bf16_tflops: 100, fp8_tflops: null,
-     sources: {memory_bandwidth_gbs: s, bf16_tflops: s, fp8_tflops: s}}
+  - {name: x1, memory_bandwidth_gbs: 1000, bf16_tflops: 100, fp8_tflops: null, memory_gib: 80,
+     sources: {memory_bandwidth_gbs: s, bf16_tflops: s, fp8_tflops: s, memory_gib: g}}
 cpu:
   {name: cpu, memory_bandwidth_gbs: 20, bf16_tflops: 0.5, fp8_tflops: null,
    bandwidth_efficiency: 1, flops_efficiency: 1, fp8_flops_efficiency: 1, overhead_s: 0.001,
@@ -190,6 +197,8 @@ def test_table_parses_and_inherits_the_gpu_defaults():
     table = parse_hardware_table(TABLE, "t.yaml")
     assert table["x1"].overhead_s == 0.002 and table["x1"].sources["overhead_s"] == "d"
     assert table["cpu"].overhead_s == 0.001
+    assert table["x1"].memory_gib == 80 and table["x1"].sources["memory_gib"] == "g"
+    assert table["cpu"].memory_gib is None and "memory_gib" not in table["cpu"].sources
 
 
 @pytest.mark.parametrize("change, message", [
@@ -202,6 +211,12 @@ def test_table_parses_and_inherits_the_gpu_defaults():
     (("gpus:", "gpus: []\nold:"), r"gpus must be a non-empty list"),
     (("overhead_s: 0.002", "overhead_s: 5"), r"overhead_s 5 is outside \[0.0, 1.0\]"),
     (("overhead_s: 0.002", "overhead_s: .nan"), r"t.yaml:6 is refused: '.nan' is not a finite"),
+    ((", memory_gib: g", ""), r"\(x1\)\.sources\.memory_gib is missing: every number needs"),
+    (("memory_gib: 80,", ""), r"\(x1\)\.memory_gib must be a number, got 'None'"),
+    (("memory_gib: 80", "memory_gib: 0.5"), r"\(x1\)\.memory_gib 0.5 is outside \[1.0, 4096.0\]"),
+    (("memory_gib: 80", "memory_gib: 5000"), r"memory_gib 5000 is outside"),
+    (("{name: cpu,", "{name: cpu, memory_gib: 16,"), r"cpu \(cpu\)\.memory_gib is not read on "
+                                                    r"the cpu row"),
 ])
 def test_table_refuses_bad_rows_in_one_line(change, message):
     text = TABLE.replace(*change, 1)
@@ -317,6 +332,17 @@ def test_rfc48627_through_the_prior_curve_at_bucket_granularity():
         plain = curve.seconds(rows, 0, drafting_share=0.0)
         speedup = TOKENS_PER_STEP * plain / curve.seconds(rows, rows * K)
         assert speedup == pytest.approx(expected, abs=0.005)
+
+
+def test_the_gpu_rows_model_error_note_quotes_this_check():
+    """`core/curve_error.GPU_CHECK`, printed as the GPU prior's (unknown) model error, quotes
+    the two figures above as computed here."""
+    from vllm_specdec_plugin.core.curve_error import GPU_CHECK
+
+    misses = [f"{rfc_speedup(rows) / rfc - 1:+.1%}" for rows, rfc in ((30, 1.79), (128, 1.00))]
+    assert misses == ["-2.4%", "+33.8%"]
+    assert (f"{misses[0]} at batch 30, +{round(100 * (rfc_speedup(128) - 1))}% at batch 128"
+            in GPU_CHECK)
 
 
 # --- (c) the cpu row against the steps it was fitted to --------------------------------------
