@@ -10,7 +10,8 @@ problem is a `TrafficError`, one line naming the file and the fix. Bounds: `core
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import os
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -219,16 +220,25 @@ def _sharegpt(chunks: Iterable[bytes], source: str, cap: int, why_cap: str,
     return reader.result("sharegpt")
 
 
-def _chunks(handle: BinaryIO, size: int = MIB) -> Iterator[bytes]:
+def _chunks(handle: BinaryIO, progress: Callable[[int, int], None] | None = None,
+            size: int = MIB) -> Iterator[bytes]:
+    """The file in `size`-byte chunks; `progress(chunks read, chunks in the file)` after each."""
+    total = max(1, -(-os.fstat(handle.fileno()).st_size // size)) if progress else 0
+    done = 0
     while chunk := handle.read(size):
         yield chunk
+        if progress is not None:
+            done += 1
+            progress(done, max(total, done))
 
 
-def read_traffic(path: str | Path, max_requests: int | None = None) -> TrafficFile:
-    """The traffic file at `path` (JSONL or ShareGPT JSON), at most `max_requests` records."""
+def read_traffic(path: str | Path, max_requests: int | None = None,
+                 progress: Callable[[int, int], None] | None = None) -> TrafficFile:
+    """The traffic file at `path` (JSONL or ShareGPT JSON), at most `max_requests` records;
+    `progress(MiB read, MiB in the file)` as it is read (a 4 GiB file takes a while)."""
     with open_traffic(path) as handle:
         try:
-            return parse_traffic_chunks(_chunks(handle), f"--traffic {_shown(path)}",
+            return parse_traffic_chunks(_chunks(handle, progress), f"--traffic {_shown(path)}",
                                         max_requests)
         except OSError as exc:
             raise TrafficError(f"--traffic {_shown(path)} cannot be read "

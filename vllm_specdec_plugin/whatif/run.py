@@ -42,6 +42,9 @@ from vllm_specdec_plugin.whatif.types import MethodConfig, ReplayRequest, Replay
 DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128)
 """The batch sizes predicted: the lowest batch of each controller bucket up to 128."""
 
+READ_STAGE = "read (MiB)"
+"""The progress stage of reading the traffic file, counted in MiB."""
+
 Progress = Callable[[str, int, int], None]
 """progress(stage, done, total): called as a stage advances (the CLI draws a bar)."""
 
@@ -140,7 +143,8 @@ def run_whatif(options: WhatifOptions, progress: Progress | None = None) -> What
         resolve(config)
     shape, max_model_len = _model(options)
     tokenizer = load_tokenizer(options.model)
-    traffic = read_traffic(options.traffic, options.max_requests)
+    traffic = read_traffic(options.traffic, options.max_requests, None if progress is None else
+                           lambda done, total: progress(READ_STAGE, done, total))
     tokenized = tokenize_traffic(
         tokenizer, traffic.records, max_tokens_per_request=min(max_model_len, MAX_REQUEST_TOKENS),
         progress=_stage(progress, "tokenize", len(traffic.records)),

@@ -171,7 +171,8 @@ def test_progress_reaches_each_stages_total(tiny_llama, traffic):
 
     run_whatif(WhatifOptions(str(tiny_llama), str(traffic),
                              (MethodConfig("ngram", 5), MethodConfig("suffix", 8))), progress)
-    assert seen == {"tokenize": (13, 13), "ngram k=5": (13, 13), "suffix k=8": (13, 13)}
+    assert seen == {"read (MiB)": (1, 1), "tokenize": (13, 13), "ngram k=5": (13, 13),
+                    "suffix k=8": (13, 13)}
     assert "13/13" in stream.getvalue()
 
 

@@ -94,3 +94,16 @@ def test_answers_logged_as_ids_only_and_empty_turns():
     assert [(r.line, r.completion, r.completion_token_ids) for r in traffic.records] == [
         (1, "", (5, 6)), (2, "a2", None)]
     assert traffic.skipped == 0
+
+
+def test_reading_says_its_progress_in_mib_up_to_the_files_size(tmp_path):
+    """A large file is read with a count (whatif's "read (MiB)" bar): one call a MiB chunk,
+    reaching the file's size in MiB."""
+    from vllm_specdec_plugin.inputs.traffic import read_traffic
+
+    line = b'{"prompt": "' + b"x" * 1000 + b'", "completion": "y"}\n'
+    path = tmp_path / "big.jsonl"
+    path.write_bytes(line * (5 * 1024 * 1024 // 2 // len(line) + 1))  # just over 2.5 MiB
+    seen: list[tuple[int, int]] = []
+    read_traffic(path, progress=lambda done, total: seen.append((done, total)))
+    assert seen == [(1, 3), (2, 3), (3, 3)]
