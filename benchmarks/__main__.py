@@ -34,6 +34,9 @@ BENCHMARKS: tuple[Benchmark, ...] = (
               "90% interval)"),
     Benchmark("report", "benchmarks.paired.report",
               "re-report paired result files (NAME.json -> NAME.md, NAME.png)"),
+    Benchmark("controller_cost", "benchmarks.probes.controller_cost",
+              "the schedule controller's own cost per step at batch 1/32/256, on vLLM's "
+              "scheduler (no model)"),
     Benchmark("adaptive_cost", "benchmarks.probes.adaptive_cost",
               "the adaptive proposer's own cost per step, µs per row (no engine)"),
     Benchmark("adaptive_sections", "benchmarks.probes.adaptive_sections",

@@ -1,7 +1,7 @@
 """k against k=0 inside one engine: the schedule controller's switchback arms, cell by cell.
 
     python -m benchmarks schedule_switchback [--cells SPEC] [--warmup 15] [--seconds 45]
-        [--tokens 160] [--model PATH] [--out FILE]
+        [--tokens 160] [--model PATH] [--no-log-stats] [--out FILE]
 
 One real `LLM()` with the engine core in this process (`lib/engine_setup.start_llm`), opted in
 (`KAITO_ENABLE_SPECULATIVE_DECODING=true`: the plugin's default n-gram fallback with its
@@ -18,7 +18,10 @@ with its 90% bootstrap interval, and the throughput ratio of the two arms over t
 (total tokens over total seconds, with its own interval), for the batch bucket of the
 concurrency. Arms: k<N>, static
 (the fixed table), controller. Also recorded: the controller's table after the cell, its own
-cost per step, the blocks per arm.
+cost per step, the blocks per arm. The engine makes vLLM's per-step stats as `vllm serve` does
+(`disable_log_stats=False`; the controller then counts a step in O(1) from vLLM's spec-decoding
+stats); `--no-log-stats` runs it as the offline `LLM()` default does (the controller walks the
+step's drafts and sampled rows).
 
 --cells: ";"-separated "workload:concurrency:armA,armB" (default: the A/A, open-ended and
 input-grounded cells of docs/schedule-controller.md). Prints `SWITCHBACK {json}`; writes --out.
@@ -88,12 +91,12 @@ def run_cell(llm: Any, tokenizer: Any, workload: str, concurrency: int, arms: st
                for ids in workload_token_ids(tokenizer, workload, 64)]
     params = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
     runtime.restart(None)
-    before = runtime.steps, runtime.own_s, runtime.report_s
+    before = runtime.steps, runtime.own_s, snapshot_seconds(runtime)
     serve(llm, prompts, params, concurrency, warmup)
     learned = {bucket_label(k): v for k, v in runtime.controller.table().items()}
     alone = cost_per_step(runtime, before)
     runtime.restart(arms, fresh=False)
-    before = runtime.steps, runtime.own_s, runtime.report_s
+    before = runtime.steps, runtime.own_s, snapshot_seconds(runtime)
     start = time.perf_counter()
     generated = serve(llm, prompts, params, concurrency, seconds)
     report = runtime.switchback.report()
@@ -107,15 +110,20 @@ def run_cell(llm: Any, tokenizer: Any, workload: str, concurrency: int, arms: st
                                  "with_switchback": cost_per_step(runtime, before)}}
 
 
+def snapshot_seconds(runtime: Any) -> float:
+    """Seconds the snapshot writer's thread spent (off the engine thread)."""
+    return runtime.writer.seconds if runtime.writer is not None else 0.0
+
+
 def cost_per_step(runtime: Any, before: tuple[int, float, float]) -> dict[str, float] | None:
     """The controller's own microseconds per engine step since `before` (steps, per-step
-    seconds, snapshot seconds): its per-step path and its snapshot writes spread over the
-    steps (`ControlledScheduler.own_s`, `report_s`)."""
+    seconds, snapshot seconds): its per-step path on the engine thread
+    (`ControlledScheduler.own_s`) and the snapshot writer's thread spread over the steps."""
     steps = runtime.steps - before[0]
     if not steps:
         return None
     return {"steps": steps, "per_step_path": round(1e6 * (runtime.own_s - before[1]) / steps, 2),
-            "snapshot": round(1e6 * (runtime.report_s - before[2]) / steps, 2)}
+            "snapshot_thread": round(1e6 * (snapshot_seconds(runtime) - before[2]) / steps, 2)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -126,6 +134,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=45.0, help="per cell, measured")
     parser.add_argument("--tokens", type=int, default=160, help="per request")
     parser.add_argument("--model", help="a checkpoint directory (default: SmolLM2-135M)")
+    parser.add_argument("--no-log-stats", action="store_true",
+                        help="no per-step stats (the offline LLM() default)")
     parser.add_argument("--out", help="also write the JSON result here")
     args = parser.parse_args(argv)
     try:
@@ -133,7 +143,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError:
         parser.error(f"--cells {args.cells!r}: give workload:concurrency:armA,armB;...")
     llm = start_llm(args.model, max(32, *(c for _, c, _ in cells)),
-                    env={"KAITO_ENABLE_SPECULATIVE_DECODING": "true"})
+                    env={"KAITO_ENABLE_SPECULATIVE_DECODING": "true"},
+                    disable_log_stats=args.no_log_stats)
     tokenizer = llm.get_tokenizer()
     results = []
     for workload, concurrency, arms in cells:
@@ -145,7 +156,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "command": command("schedule_switchback", list(argv or sys.argv[1:])),
                     "vllm": vllm_version(), "warmup_per_cell": args.warmup,
                     "seconds_per_cell": args.seconds,
-                    "tokens_per_request": args.tokens}, "cells": results}
+                    "tokens_per_request": args.tokens,
+                    "log_stats": not args.no_log_stats}, "cells": results}
     print("SWITCHBACK", json.dumps(out))
     if args.out:
         from pathlib import Path

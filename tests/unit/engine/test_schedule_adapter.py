@@ -90,3 +90,22 @@ def test_the_controller_takes_only_the_schedule_the_plugin_chose(monkeypatch, ra
     assert (runtime is not None) == (ranges == PLUGINS_SCHEDULE)
     if runtime is None:
         assert scheduler.dynamic_sd_lookup == lookup  # a user's schedule, untouched
+
+
+@pytest.mark.parametrize("lookup", [[5] * 5, [0, 2, 2, 2], [5, 5]])
+def test_a_schedule_with_one_k_gets_no_controller(monkeypatch, plugin_log, lookup):
+    """An engine whose lookup holds one k at every batch size it runs (a small max_num_seqs
+    inside the table's first range) has nothing to choose: no controller, one INFO line."""
+    from vllm_specdec_plugin.engine.changes.core_sched_scheduler import runtime_of
+
+    environ: dict[str, str] = {}
+    configure(SimpleNamespace(schedule_control=True, speculative_config={
+        "num_speculative_tokens_per_batch_size": PLUGINS_SCHEDULE}), environ)
+    monkeypatch.setenv(CONTROL_ENV, environ[CONTROL_ENV])
+    scheduler = scheduler_with(PLUGINS_SCHEDULE)
+    scheduler.dynamic_sd_lookup = list(lookup)
+    assert runtime_of(scheduler) is None
+    assert scheduler.dynamic_sd_lookup == lookup
+    assert any("schedule has one k" in line for line in plugin_log.at(logging.INFO))
+    two = scheduler_with(PLUGINS_SCHEDULE)  # the same engine with two k: controlled
+    assert runtime_of(two) is not None

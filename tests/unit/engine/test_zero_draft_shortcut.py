@@ -135,6 +135,10 @@ def test_a_special_rejection_mode_keeps_the_rejection_path(setting, value, reaso
 
 @pytest.fixture
 def fresh_zero_draft(monkeypatch):
+    # An earlier test file in this worker (pytest-xdist hands files out in any order) may have
+    # applied a shortcut for real: start from vLLM's own code.
+    for name in registry.ZERO_DRAFT_SHORTCUTS:
+        patching.restore(name)
     monkeypatch.setattr(registry, "_handled", set())
     monkeypatch.setattr(registry, "_armed", set())
     yield

@@ -1,0 +1,171 @@
+"""One scheduler's schedule controller at run time: its step clock, its counts, its lookup
+writer and its snapshot writer (`ControlledScheduler`), made by the `schedule-controller` change
+(`engine/changes/core_sched_scheduler.py`) on a controlled scheduler's first step.
+
+The per-step path (`observe`) runs on vLLM's engine thread at every step: O(1) where vLLM makes
+its spec-decoding stats (`log_stats`, `vllm serve`'s default), a few attribute reads and
+additions; the decision once per block; the snapshot for /metrics on a thread of its own.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from vllm_specdec_plugin.core.schedule_control import ScheduleController, Step
+from vllm_specdec_plugin.core.step_cost import bucket_bounds
+from vllm_specdec_plugin.core.switchback import Switchback, parse_arms
+from vllm_specdec_plugin.engine import patching
+from vllm_specdec_plugin.engine.changes.core_sched_request_caps import CAPS, capped_in
+
+REPORT_EVERY_S = 5.0
+"""The snapshot for /metrics is rewritten at most this often while the engine steps (and at
+once when a batch bucket is seen for the first time); Prometheus scrapes every 15-30 s."""
+
+
+class ControlledScheduler:
+    """One scheduler's controller, its step clock and its lookup writer."""
+
+    def __init__(self, scheduler: Any, spec: dict[str, Any]) -> None:
+        self.lookup: list[int] = scheduler.dynamic_sd_lookup
+        # Where `core_sched_request_caps` keeps the requests a client capped (read per step).
+        self.scheduler_state: dict[str, Any] = scheduler.__dict__
+        self.prior = list(self.lookup)
+        # The values of vLLM's dense lookup (index 0 unused), not of the configured ranges:
+        # Model Runner V2 captures decode graphs for exactly these (vLLM 0.33
+        # cudagraph_utils: `dense_schedule[1:]`), so no other k may be written.
+        self.k_set = tuple(sorted(set(self.lookup[1:])))
+        self.graph_tokens = graph_ceiling(getattr(scheduler, "vllm_config", None))
+        self.restart(spec.get("switchback"))
+        self.report_path: str | None = spec.get("report")
+        from vllm_specdec_plugin.core.redact import redact_uri
+        from vllm_specdec_plugin.engine.metrics import served_model_name
+        from vllm_specdec_plugin.engine.schedule_report import SnapshotWriter
+
+        self.model_name = redact_uri(served_model_name(getattr(scheduler, "vllm_config", None)))
+        # vLLM's own per-step spec-decoding counts (SchedulerStats.spec_decoding_stats), where
+        # the scheduler makes them (`log_stats`: `vllm serve`'s default): O(1) counts per step.
+        self.log_stats = bool(getattr(scheduler, "log_stats", False))
+        self.writer = (SnapshotWriter(self.report_path, self.snapshot, lambda: self.steps,
+                                      REPORT_EVERY_S, patching.log)
+                       if self.report_path else None)
+        self.started: deque[tuple[Any, float]] = deque(maxlen=4)
+        self.last_end = 0.0
+        """When the previous step's `update_from_output()` ended (0: none yet)."""
+        self.busy = False
+        """Whether requests were left running then: the engine went straight on to its next
+        cycle (post-step draft work included), so that gap is the next step's, not idle."""
+        self.own_s = 0.0
+        """Seconds in the controller's per-step path (both wrappers)."""
+        self.steps = 0
+        self.reported_buckets = 0
+
+    def restart(self, arms: str | None, fresh: bool = True) -> None:
+        """Switchback on `arms` (None: off), and with `fresh` a new controller with the lookup
+        back to the prior: for the in-process switchback benchmark, one engine for every cell
+        (a warm-up with the controller alone, then its arms, keeping what it learned)."""
+        if fresh:
+            self.lookup[:] = self.prior
+            self.controller = ScheduleController(self.prior, self.k_set,
+                                                 max_graph_tokens=self.graph_tokens)
+        self.switchback = (Switchback(self.controller, parse_arms(arms, self.k_set))
+                           if arms else None)
+
+    def observe(self, output: Any, runner_output: Any, result: Any, end: float,
+                running: bool) -> None:
+        """One step done: time it, count it, feed it, write what the controller answers.
+
+        A step's time is one whole engine cycle: from the end of the previous step's update to
+        the end of this one (its schedule, forward pass, update and the post-step draft work in
+        between), so the synchronous engine and the asynchronous one (where `schedule(n+1)` runs
+        before `update(n)`, vLLM's `step_with_batch_queue`) measure the same thing; after an idle
+        gap (nothing was running) it starts at this step's `schedule()`. O(1) where vLLM made
+        this step's spec-decoding stats (`result`: what `update_from_output` returned)."""
+        start = None
+        for started, at in self.started:
+            if started is output:
+                start = at
+                break
+        batch = len(output.num_scheduled_tokens)
+        previous, busy = self.last_end, self.busy
+        self.last_end, self.busy = end, running
+        if start is None or not batch:
+            return
+        if busy and previous > 0.0:
+            start = previous
+        tokens, drafted, clean = self.counts(output, runner_output, result, batch)
+        if clean and self.scheduler_state.get(CAPS):
+            # A row a client capped drafts fewer tokens than the step's k for its own reason:
+            # such a step is no evidence about k (docs/operations.md, per-request speculation).
+            clean = not capped_in(self.scheduler_state, output.num_scheduled_tokens)
+        # tuple.__new__: a Step without the Python-level __new__ a NamedTuple call runs (this is
+        # the per-step path; every call counts in a cache-cold engine step).
+        step = tuple.__new__(Step, (batch, output.num_spec_tokens_to_schedule, end - start,
+                                    tokens, drafted, clean))
+        target = self.switchback or self.controller
+        change = target.observe(step)
+        if change is not None:
+            key, k = change
+            low, high = bucket_bounds(key)
+            high = min(high, len(self.lookup) - 1)
+            if low <= high:
+                self.lookup[low:high + 1] = [k] * (high - low + 1)
+        self.steps += 1
+        if self.writer is not None and len(self.controller.buckets) != self.reported_buckets:
+            # A bucket seen for the first time is shown at once; otherwise the writer's thread
+            # rewrites the snapshot every REPORT_EVERY_S on its own.
+            self.reported_buckets = len(self.controller.buckets)
+            self.writer.poke()
+
+    def counts(self, output: Any, runner_output: Any, result: Any,
+               batch: int) -> tuple[int, int, bool]:
+        """(output tokens, draft tokens verified, clean) of one step. A clean step is decode
+        only: every row scheduled one token plus its drafts (no prefill chunk) and sampled.
+
+        With vLLM's spec-decoding stats (`log_stats`) three attribute reads: a clean step's rows
+        each sampled one token plus their accepted drafts. Without them (`--disable-log-stats`,
+        the offline `LLM()` default) one pass over the drafts and one over the sampled rows."""
+        total = output.total_num_scheduled_tokens
+        if self.log_stats and result:
+            stats = getattr(next(iter(result.values())), "scheduler_stats", None)
+            if stats is not None:
+                spec = stats.spec_decoding_stats
+                drafted = spec.num_draft_tokens if spec is not None else 0
+                accepted = spec.num_accepted_tokens if spec is not None else 0
+                return batch + accepted, drafted, total == batch + drafted
+        spec_tokens = output.scheduled_spec_decode_tokens
+        drafted = sum(map(len, spec_tokens.values())) if spec_tokens else 0
+        sampled = runner_output.sampled_token_ids
+        tokens = sum(map(len, sampled)) if sampled.__class__ is list else 0
+        return tokens, drafted, total == batch + drafted and tokens >= batch
+
+    def snapshot(self, switchback: bool = False) -> dict[str, Any]:
+        """The state for /metrics; with `switchback`, the switchback's report too (its
+        bootstrap intervals cost tens of milliseconds: asked for at the end of a run, not
+        written every few seconds)."""
+        from vllm_specdec_plugin.engine.schedule_report import snapshot
+
+        return snapshot(self.controller, self.switchback if switchback else None, self.own_s,
+                        self.steps, self.model_name,
+                        self.writer.seconds if self.writer is not None else 0.0)
+
+    def write_report(self) -> None:
+        """Write the snapshot now, on this thread (the writer's thread does it while the engine
+        steps; a run that ends asks for the last state)."""
+        if self.writer is not None:
+            self.writer.written = -1
+            self.writer.write_once()
+
+
+def graph_ceiling(vllm_config: Any) -> int | None:
+    """The most query tokens a captured decode graph holds (`max_cudagraph_capture_size`), or
+    None where the engine captures none (CPU, enforce_eager, cudagraph_mode NONE)."""
+    compilation = getattr(vllm_config, "compilation_config", None)
+    if compilation is None or getattr(getattr(vllm_config, "model_config", None),
+                                       "enforce_eager", False):
+        return None
+    mode = getattr(compilation, "cudagraph_mode", None)
+    size = getattr(compilation, "max_cudagraph_capture_size", None)
+    if mode is None or str(getattr(mode, "name", mode)).upper() == "NONE" or not size:
+        return None
+    return int(size)
