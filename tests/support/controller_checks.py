@@ -47,6 +47,7 @@ def check_contract(found: dict) -> None:
     # by step, what each step held: batch, k, tokens, drafts, clean (no prefill chunk).
     counted = found["counts"]
     assert counted["uses_stats"] == {"stats": True, "walk": False}
+    assert counted["outputs_alive"] == 0
     for way in ("stats", "walk"):
         steps = [s for s in counted["truth"][way] if s[0]]  # the controller sees no empty step
         assert counted["seen"][way] == steps, (way, counted)

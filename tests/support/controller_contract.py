@@ -143,11 +143,14 @@ def counts(model: str, steps: int = 80) -> dict:
     (`update_draft_token_ids` after each update), a random number of them accepted per row,
     requests arriving mid-way (steps with a prefill chunk). Reports, per way, the steps the
     controller saw and what the driver knows each step held."""
+    import gc
     import random
+    import weakref
 
     from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
 
     config, cls = build(model, False)
+    outputs: list = []
     seen: dict[str, list] = {}
     truth: dict[str, list] = {}
     uses_stats: dict[str, bool] = {}
@@ -182,10 +185,16 @@ def counts(model: str, steps: int = 80) -> dict:
                                                                      enumerate(ids)},
                                        sampled_token_ids=sampled)
             sched.update_from_output(out, runner)
+            outputs.append(weakref.ref(out))
             k = sched.num_spec_tokens  # the engine core hands the drafter's tokens back
             sched.update_draft_token_ids(DraftTokenIds(ids, [[9] * k for _ in ids]))
+    del out, runner
+    gc.collect()
     # The k column follows each run's own (timed) decisions, so each is checked against its own.
-    return {"seen": seen, "truth": truth, "uses_stats": uses_stats}
+    # The controller keeps no scheduler output alive (it would free a batch's worth of vLLM's
+    # objects on its own per-step path when it let go).
+    return {"seen": seen, "truth": truth, "uses_stats": uses_stats,
+            "outputs_alive": sum(ref() is not None for ref in outputs)}
 
 
 def pipeline_parallel(model: str) -> dict:

@@ -9,7 +9,6 @@ additions; the decision once per block; the snapshot for /metrics on a thread of
 
 from __future__ import annotations
 
-from collections import deque
 from typing import Any
 
 from vllm_specdec_plugin.core.schedule_control import ScheduleController, Step
@@ -49,7 +48,11 @@ class ControlledScheduler:
         self.writer = (SnapshotWriter(self.report_path, self.snapshot, lambda: self.steps,
                                       REPORT_EVERY_S, patching.log)
                        if self.report_path else None)
-        self.started: deque[tuple[Any, float]] = deque(maxlen=4)
+        self.started: dict[int, float] = {}
+        """`id()` of each scheduler output still in flight -> when its `schedule()` began. By
+        id, not by the object: holding vLLM's output would make this path free it (a batch's
+        dicts and lists, O(batch)) when it drops out; a dead output's id may come back, for a
+        newer output, whose start then overwrites it."""
         self.last_end = 0.0
         """When the previous step's `update_from_output()` ended (0: none yet)."""
         self.busy = False
@@ -81,11 +84,7 @@ class ControlledScheduler:
         before `update(n)`, vLLM's `step_with_batch_queue`) measure the same thing; after an idle
         gap (nothing was running) it starts at this step's `schedule()`. O(1) where vLLM made
         this step's spec-decoding stats (`result`: what `update_from_output` returned)."""
-        start = None
-        for started, at in self.started:
-            if started is output:
-                start = at
-                break
+        start = self.started.pop(id(output), None)
         batch = len(output.num_scheduled_tokens)
         previous, busy = self.last_end, self.busy
         self.last_end, self.busy = end, running

@@ -98,7 +98,7 @@ def test_an_unwritable_snapshot_file_stops_the_writing_not_the_controller(tmp_pa
                              scheduled_spec_decode_tokens={}, num_spec_tokens_to_schedule=5)
     runner = SimpleNamespace(sampled_token_ids=[[7]])
     for step in range(40):
-        runtime.started.append((output, step * 0.01))
+        runtime.started[id(output)] = step * 0.01
         runtime.observe(output, runner, {}, step * 0.01 + 0.005, True)
     assert wait_for(lambda: runtime.writer.stopped)
     assert runtime.steps == 40

@@ -124,7 +124,10 @@ def _patch_scheduler(announce: bool) -> None:
         start = time.perf_counter()
         output = schedule_original(self, *args, **kwargs)
         done = time.perf_counter()
-        runtime.started.append((output, start))
+        started = runtime.started
+        started[id(output)] = start
+        if len(started) > 4:  # an output never updated (aborted step): forget the oldest
+            del started[next(iter(started))]
         runtime.own_s += time.perf_counter() - done
         return output
 
