@@ -1,20 +1,31 @@
-"""A run of k against a run of k=0 in one engine, paired request by request (what whatif predicts).
+"""Whole runs of each arm in one engine, grouped request batch by request batch (what whatif
+predicts, and the controller against fixed k).
 
     python -m benchmarks run_pairs [--workloads a,b] [--concurrency 1,4] [--requests 56]
-        [--tokens 96] [--arms k0,k5] [--model PATH] [--out FILE]
+        [--groups N] [--tokens 96] [--arms k0,k5] [--warmup 15] [--model PATH] [--out FILE]
 
 The switchback (`core/switchback.py`) alternates arms in blocks of steps inside one stream of
 requests, which is fine for the controller's question (is k better than k=0 here and now) but
 not a run: on copying text it overstates a k run's speedup (docs/whatif.md). Here each batch of
 `concurrency` requests of the workload (the same prompts `whatif_serve` served, greedy,
 ignore_eos, `--tokens` tokens) is served whole under each arm, in an order drawn at random per
-pair, in one in-process engine opted in (the schedule controller's runtime holds every bucket at
-the arm's k: `restart("kN,kN")`). A pair's time is its decode time: each batch is also served
-for one token (its prefill and first token) and that is taken off both arms, since `whatif`
-predicts the decode steps. The cell's figure: the sum of the first arm's decode seconds over
-the second's (the same tokens in both: a run's speedup), with a 90% bootstrap interval over the
-pairs, and the median of the per-pair ratios. `--arms k0,k0` is the A/A. It times the engine:
-run it alone on the host.
+group, in one in-process engine opted in (`--groups N`: N batches per cell, `N * concurrency`
+requests, in place of `--requests`). An arm `k<N>` holds every bucket at N (the schedule
+controller's runtime: `restart("kN,kN")`, which does not feed the controller); the arm
+`controller` is the controller alone, as it serves (`restart(None)`: it keeps learning, its
+exploration counted in its time). With a controller arm each cell starts a fresh controller
+(the fixed table as its prior) that serves the cell's prompts alone for `--warmup` seconds
+first, not measured (a serving engine's controller has learned its traffic). A group's time per
+arm is its decode time: each batch is also served for one token (its prefill and first token)
+and that is taken off every arm, since `whatif` predicts the decode steps. The engine makes
+vLLM's per-step stats as `vllm serve` does (`disable_log_stats=False`; until 2026-12-05 runs
+used the offline default, without them).
+
+The cell's figures, for each arm against the last (`--arms k0,k5`: k0 against k5): the sum of
+the arm's decode seconds over the last arm's (the same tokens in both: the last arm's speedup
+over it), with a 90% bootstrap interval over the groups, and the median of the per-group
+ratios; with two arms they are also the cell's top-level `ratio`, `low`, `high`. `--arms k0,k0`
+is the A/A. It times the engine: run it alone on the host.
 """
 
 from __future__ import annotations
@@ -31,6 +42,7 @@ from typing import Any
 from benchmarks.lib.engine_setup import start_llm
 from benchmarks.lib.results import RESULTS_DIR, command, vllm_version, write_json
 from benchmarks.lib.workloads import WORKLOADS, workload_token_ids
+from vllm_specdec_plugin.core.step_cost import bucket_label
 
 SEED = 20261202
 RESAMPLES = 2000
@@ -53,7 +65,8 @@ def interval(pairs: list[tuple[float, float]], rng: random.Random) -> tuple[floa
 
 
 def run_cell(llm: Any, tokenizer: Any, workload: str, concurrency: int, arms: list[str],
-             requests: int, tokens: int, rng: random.Random) -> dict[str, Any]:
+             requests: int, tokens: int, rng: random.Random,
+             warmup_s: float = 0.0) -> dict[str, Any]:
     from vllm import SamplingParams
 
     from benchmarks.probes.schedule_switchback import runtime_of
@@ -63,23 +76,61 @@ def run_cell(llm: Any, tokenizer: Any, workload: str, concurrency: int, arms: li
                                                                        requests)]
     decode = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
     first = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)
-    pairs: list[tuple[float, float]] = []
-    for start in range(0, len(prompts) - concurrency + 1, concurrency):
-        batch = prompts[start:start + concurrency]
-        seconds = {}
-        for arm in rng.sample(arms, 2) if arms[0] != arms[1] else arms:
-            runtime.restart(f"{arm},{arm}", fresh=False)
-            seconds.setdefault(arm, []).append(timed(llm, batch, decode))
-        runtime.restart(f"{arms[0]},{arms[0]}", fresh=False)
+    groups = [prompts[start:start + concurrency]
+              for start in range(0, len(prompts) - concurrency + 1, concurrency)]
+    if CONTROLLER in arms:  # a fresh controller learns the cell's traffic, not measured
+        runtime.restart(None, fresh=True)
+        end = time.perf_counter() + warmup_s
+        while time.perf_counter() < end:
+            for batch in groups:
+                timed(llm, batch, decode)
+                if time.perf_counter() >= end:
+                    break
+    distinct = list(dict.fromkeys(arms))
+    runs: list[dict[str, list[float]]] = []  # per group: each arm's decode seconds
+    for batch in groups:
+        group: dict[str, list[float]] = {arm: [] for arm in distinct}
+        # every arm once in a drawn order; the A/A (one arm) twice
+        for arm in rng.sample(distinct, len(distinct)) if len(distinct) > 1 else arms:
+            hold(runtime, arm)
+            group[arm].append(timed(llm, batch, decode))
+        hold(runtime, arms[0])
         prefill = timed(llm, batch, first)
-        a, b = seconds[arms[0]][0], seconds[arms[1]][-1]
-        pairs.append((a - prefill, b - prefill))
+        runs.append({arm: [t - prefill for t in times] for arm, times in group.items()})
+    if len(distinct) == 1:  # the A/A: a group's first run against its second
+        per_arm = {arms[0]: [(group[arms[0]][0], group[arms[0]][-1]) for group in runs]}
+    else:
+        per_arm = {arm: [(group[arm][0], group[arms[-1]][0]) for group in runs]
+                   for arm in distinct[:-1]}
+    against = {arm: figures(pairs, rng) for arm, pairs in per_arm.items()}
+    top = against[arms[0]]
+    return {"workload": workload, "concurrency": concurrency, "arms": arms,
+            "pairs": top["pairs"], "ratio": top["ratio"], "low": top["low"],
+            "high": top["high"], "median_pair_ratio": top["median_pair_ratio"],
+            "seconds": [sum(a for a, _ in per_arm[arms[0]]),
+                        sum(b for _, b in per_arm[arms[0]])],
+            "against_last": against,
+            "table_after": ({bucket_label(key): k for key, k in runtime.controller.table().items()}
+                            if CONTROLLER in arms else None),
+            "explore_share": ({bucket_label(key): round(state.explore_steps / state.steps, 3)
+                               for key, state in sorted(runtime.controller.buckets.items())
+                               if state.steps} if CONTROLLER in arms else None)}
+
+
+CONTROLLER = "controller"
+
+
+def hold(runtime: Any, arm: str) -> None:
+    """Run `arm` from the next step: the controller alone, or every bucket at k<N>."""
+    runtime.restart(None if arm == CONTROLLER else f"{arm},{arm}", fresh=False)
+
+
+def figures(pairs: list[tuple[float, float]], rng: random.Random) -> dict[str, Any]:
+    """sum(a) / sum(b) over the pairs with its 90% interval, and the median per-pair ratio."""
     low, high = interval(pairs, rng)
     ratios = sorted(a / b for a, b in pairs)
-    return {"workload": workload, "concurrency": concurrency, "arms": arms,
-            "pairs": len(pairs), "ratio": sum(a for a, _ in pairs) / sum(b for _, b in pairs),
-            "low": low, "high": high, "median_pair_ratio": ratios[len(ratios) // 2],
-            "seconds": [sum(a for a, _ in pairs), sum(b for _, b in pairs)]}
+    return {"pairs": len(pairs), "ratio": sum(a for a, _ in pairs) / sum(b for _, b in pairs),
+            "low": low, "high": high, "median_pair_ratio": ratios[len(ratios) // 2]}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -92,11 +143,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--arms", type=lambda s: s.split(","), default=["k0", "k5"])
     parser.add_argument("--aa", default="open_ended:1",
                         help="workload:concurrency of the A/A cell (first arm against itself)")
+    parser.add_argument("--groups", type=int,
+                        help="batches per cell (requests = groups * concurrency)")
+    parser.add_argument("--warmup", type=float, default=15.0,
+                        help="seconds of the controller alone per cell before it is measured "
+                             "(with a controller arm)")
     parser.add_argument("--model", help="a checkpoint directory (default: SmolLM2-135M)")
     parser.add_argument("--out", default=str(RESULTS_DIR / "whatif" / "runs.json"))
     args = parser.parse_args(argv)
     rng = random.Random(SEED)
-    llm = start_llm(args.model, 32, env={"KAITO_ENABLE_SPECULATIVE_DECODING": "true"})
+    llm = start_llm(args.model, 32, env={"KAITO_ENABLE_SPECULATIVE_DECODING": "true"},
+                    disable_log_stats=False)  # as `vllm serve` runs: the O(1) counts
     tokenizer = llm.get_tokenizer()
     timed(llm, [{"prompt_token_ids": [1, 2, 3]}], __import__("vllm").SamplingParams(
         max_tokens=8))  # warm-up
@@ -106,14 +163,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         workload, concurrency = args.aa.split(":")
         plan.append((workload, int(concurrency), [args.arms[0], args.arms[0]]))
     for workload, concurrency, arms in plan:
-        cell = run_cell(llm, tokenizer, workload, concurrency, arms, args.requests,
-                        args.tokens, rng)
+        requests = args.groups * concurrency if args.groups else args.requests
+        cell = run_cell(llm, tokenizer, workload, concurrency, arms, requests,
+                        args.tokens, rng, args.warmup)
         cells.append(cell)
         print("CELL", json.dumps(cell), flush=True)
     out = {"meta": {"kind": "run-pairs", "command": command("run_pairs",
                                                             list(argv or sys.argv[1:])),
-                    "vllm": vllm_version(), "requests": args.requests, "tokens": args.tokens,
-                    "seed": SEED}, "cells": cells}
+                    "vllm": vllm_version(), "requests": args.requests, "groups": args.groups,
+                    "tokens": args.tokens,
+                    "warmup_s": args.warmup, "seed": SEED}, "cells": cells}
     write_json(Path(args.out), out, indent=1)
     return 0
 

@@ -59,10 +59,12 @@ def test_controller_moves_to_k0_where_drafting_costs_more(tiny_llama, tmp_path):
     the test asks for a decision, so the effect is made larger than that host's noise. How many
     steps the decision takes is the noise's: 150-232 measured steps alone here, none in 406 in
     one run of the whole suite (34 stalls left out, 12 pairs an arm: k=2 read 0.56 [0.33, 0.95]
-    of k=0), so the prompts run again, up to four rounds, until it comes."""
+    of k=0), so the prompts run again, in rounds of 500 tokens (up to 24: the 12,000 steps'
+    budget of four rounds of 3000, which ran every round to its end after the decision, 188 s
+    in one CI run), until it comes."""
     spec = {"model": str(tiny_llama), "prompts": [LOOP + str(i) for i in range(4)],
-            "max_tokens": 3000, "max_num_seqs": 16, "draft_cost_s": 0.02,
-            "until": {"bucket": 3, "k": 0, "rounds": 4}}
+            "max_tokens": 500, "max_num_seqs": 16, "draft_cost_s": 0.02,
+            "until": {"bucket": 3, "k": 0, "rounds": 24}}
     out = run(spec, clean_env(OPT_IN, tmp_path))
     cell = out["snapshot"]["buckets"]["4-7"]
     assert cell["prior"] == 2 and cell["k"] == 0, json.dumps(cell)

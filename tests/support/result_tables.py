@@ -170,3 +170,47 @@ def request_caps_problems(table: Table, cited: list[str]) -> list[str]:
                                 f"{entry['median']:.3f} [{entry['low']:.3f}, "
                                 f"{entry['high']:.3f}]")
     return problems
+
+
+RUN_PAIRS_MARGIN = 0.98
+"""The controller's target against the best fixed k in a run (issue 37): the interval's low end."""
+
+
+def run_pairs_problems(table: Table, cited: list[str]) -> list[str]:
+    """`benchmarks/probes/run_pairs.py`'s controller table: a row per (workload, c), a column
+    "k<N> / controller" per fixed arm (the file's `against_last[kN]`), "best fixed k" the arm
+    with the lowest ratio; bold exactly the best arm's cell whose low end misses 0.98."""
+    cells_of = {(cell["workload"], cell["concurrency"]): cell
+                for name in cited for cell in result(name)["cells"]
+                if cell["arms"][-1] == "controller"}
+    heads = [label_of(head) for head in table.header]
+    problems = []
+    for line, cells in table.rows:
+        where = f"{table.where.split(':')[0]}:{line}"
+        key = (label_of(cells[0]), int(label_of(cells[1])))
+        cell = cells_of.get(key)
+        if cell is None:
+            problems.append(f"{where}: no controller cell {key} in {cited}")
+            continue
+        against = cell["against_last"]
+        best = min(against, key=lambda arm: against[arm]["ratio"])
+        for head, quoted in zip(heads, cells, strict=True):
+            if head == "best fixed k" and label_of(quoted) != best:
+                problems.append(f"{where}: best fixed k {quoted!r}, the file's is {best}")
+            arm = re.fullmatch(r"(k\d+) / controller", head)
+            if arm is None:
+                continue
+            entry, match = against.get(arm.group(1)), _CELL.match(quoted)
+            if entry is None or match is None:
+                problems.append(f"{where}: {head} {quoted!r} against {entry}")
+                continue
+            median, low, high = match.group(2, 4, 5)
+            if not (same(median, entry["ratio"]) and same(low, entry["low"])
+                    and same(high, entry["high"])):
+                problems.append(f"{where}: {head} quotes {quoted}, file has "
+                                f"{entry['ratio']:.3f} [{entry['low']:.3f}, {entry['high']:.3f}]")
+            miss = arm.group(1) == best and entry["low"] < RUN_PAIRS_MARGIN
+            if (match.group(1) is not None) != miss:
+                problems.append(f"{where}: {head} is {'' if match.group(1) else 'not '}bold, "
+                                f"but {'' if miss else 'not '}a miss")
+    return problems

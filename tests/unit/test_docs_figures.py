@@ -35,6 +35,7 @@ from support.result_tables import (
     label_of,
     request_caps_problems,
     result,
+    run_pairs_problems,
     same,
     switchback_problems,
     tables,
@@ -88,6 +89,8 @@ def table_problems(table: Table) -> list[str]:
         return switchback_problems(table, cited)
     if all(result(name)["meta"].get("kind") == "request-caps" for name in cited):
         return request_caps_problems(table, cited)
+    if all(result(name)["meta"].get("kind") == "run-pairs" for name in cited):
+        return run_pairs_problems(table, cited)
     columns = {i: int(m.group(1)) for i, head in enumerate(table.header)
                if (m := re.fullmatch(r"c=(\d+)", label_of(head)))}
     against_column = next((i for i, head in enumerate(table.header)
