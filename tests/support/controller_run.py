@@ -8,7 +8,8 @@ SPEC: {"model", "prompts", "max_tokens", "max_num_seqs", "temperature" (default 
 request, standing in for a verifier that costs more than this tiny model's), "until" (optional,
 {"bucket", "k", "rounds"}: the prompts again, up to `rounds` times in all, until the controller
 holds k in that bucket)}.
-Output (last stdout line): {"token_ids", "lookup", "runtime" (None: no controller), "table",
+"logprobs" (optional: vLLM's top-n logprobs per position, reported as "top2").
+Output (last stdout line): {"token_ids", "top2", "lookup", "runtime" (None: no controller), "table",
 "snapshot", "metrics"}.
 """
 
@@ -47,7 +48,8 @@ def main(spec: dict) -> dict:
 
         core.model_executor.execute_model = slower
     params = SamplingParams(max_tokens=spec.get("max_tokens", 64), ignore_eos=True,
-                            temperature=spec.get("temperature", 0.0), seed=0)
+                            temperature=spec.get("temperature", 0.0), seed=0,
+                            logprobs=spec.get("logprobs"))
     until = spec.get("until")  # {"bucket": key, "k": k, "rounds": n}
     for _ in range(until["rounds"] if until else 1):
         outputs = llm.generate(spec["prompts"], params, use_tqdm=False)
@@ -56,6 +58,10 @@ def main(spec: dict) -> dict:
                 until["bucket"]) == until["k"]:
             break
     out = {"token_ids": [list(o.outputs[0].token_ids) for o in outputs],
+           # with "logprobs": per position, (the best token's logprob, the runner-up's id and
+           # logprob): where a greedy run's top two are within float noise
+           "top2": [[top_two(position) for position in o.outputs[0].logprobs or []]
+                    for o in outputs],
            "lookup": list(scheduler.dynamic_sd_lookup or []),
            "runtime": runtime is not None,
            "metrics": {m.name: m.value for m in llm.get_metrics()
@@ -66,6 +72,12 @@ def main(spec: dict) -> dict:
         out["report_path"] = runtime.report_path
         out["table"] = {str(k): v for k, v in runtime.controller.table().items()}
     return out
+
+
+def top_two(position: dict) -> list[float]:
+    ranked = sorted(position.items(), key=lambda item: item[1].rank or 0)
+    (_, best), (second_id, second) = ranked[0], ranked[1]
+    return [best.logprob, second_id, second.logprob]
 
 
 if __name__ == "__main__":
