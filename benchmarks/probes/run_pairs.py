@@ -45,6 +45,8 @@ from benchmarks.lib.workloads import WORKLOADS, workload_token_ids
 from vllm_specdec_plugin.core.step_cost import bucket_label
 
 SEED = 20261202
+CONTROLLER = "controller"
+"""The arm that runs the schedule controller as it serves (`restart(None)`)."""
 RESAMPLES = 2000
 
 
@@ -115,9 +117,6 @@ def run_cell(llm: Any, tokenizer: Any, workload: str, concurrency: int, arms: li
             "explore_share": ({bucket_label(key): round(state.explore_steps / state.steps, 3)
                                for key, state in sorted(runtime.controller.buckets.items())
                                if state.steps} if CONTROLLER in arms else None)}
-
-
-CONTROLLER = "controller"
 
 
 def hold(runtime: Any, arm: str) -> None:
