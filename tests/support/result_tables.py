@@ -137,13 +137,11 @@ REQUEST_CAPS_COLUMNS = {"off / k0": "off/k0", "mixed, off half / off": "mixed-of
 """docs/operations.md's per-request table: column header -> `request_caps.py`'s ratio key."""
 
 
-def request_caps_problems(table: Table, cited: list[str]) -> list[str]:
-    """`benchmarks/probes/request_caps.py`'s table: a row per (workload, c), each ratio cell
-    the file's median TPOT ratio and interval, "tokens identical" its `same_tokens`."""
-    cells_of = {(cell["workload"], cell["concurrency"]): cell
-                for name in cited for cell in result(name).get("mixed", [])}
-    heads = [label_of(head) for head in table.header]
-    problems = []
+def keyed_rows(table: Table, cells_of: dict[tuple[str, int], dict[str, Any]],
+               cited: list[str], problems: list[str]
+               ) -> Iterator[tuple[str, list[str], dict[str, Any]]]:
+    """A table keyed by its first two columns (workload, c): (where, cells, the file's cell) per
+    row; a row the files lack is a problem, not yielded."""
     for line, cells in table.rows:
         where = f"{table.where.split(':')[0]}:{line}"
         key = (label_of(cells[0]), int(label_of(cells[1])))
@@ -151,6 +149,27 @@ def request_caps_problems(table: Table, cited: list[str]) -> list[str]:
         if cell is None:
             problems.append(f"{where}: no cell {key} in {cited}")
             continue
+        yield where, cells, cell
+
+
+def figure_problems(where: str, head: str, match: re.Match[str],
+                    figures: tuple[float, float, float]) -> list[str]:
+    """A quoted `ratio [low, high]` cell against the file's three figures."""
+    quoted = match.group(2, 4, 5)
+    if all(same(q, v) for q, v in zip(quoted, figures, strict=True)):
+        return []
+    return [f"{where}: {head} quotes {quoted[0]} [{quoted[1]}, {quoted[2]}], file has "
+            f"{figures[0]:.3f} [{figures[1]:.3f}, {figures[2]:.3f}]"]
+
+
+def request_caps_problems(table: Table, cited: list[str]) -> list[str]:
+    """`benchmarks/probes/request_caps.py`'s table: a row per (workload, c), each ratio cell
+    the file's median TPOT ratio and interval, "tokens identical" its `same_tokens`."""
+    cells_of = {(cell["workload"], cell["concurrency"]): cell
+                for name in cited for cell in result(name).get("mixed", [])}
+    heads = [label_of(head) for head in table.header]
+    problems: list[str] = []
+    for where, cells, cell in keyed_rows(table, cells_of, cited, problems):
         for head, quoted in zip(heads, cells, strict=True):
             ratio = REQUEST_CAPS_COLUMNS.get(head)
             if head == "tokens identical" and (quoted == "yes") != cell["same_tokens"]:
@@ -163,12 +182,8 @@ def request_caps_problems(table: Table, cited: list[str]) -> list[str]:
                 if quoted != "-" or entry is not None:
                     problems.append(f"{where}: {head} {quoted!r} against {entry}")
                 continue
-            median, low, high = match.group(2, 4, 5)
-            if not (same(median, entry["median"]) and same(low, entry["low"])
-                    and same(high, entry["high"])):
-                problems.append(f"{where}: {head} quotes {quoted}, file has "
-                                f"{entry['median']:.3f} [{entry['low']:.3f}, "
-                                f"{entry['high']:.3f}]")
+            problems += figure_problems(where, head, match,
+                                        (entry["median"], entry["low"], entry["high"]))
     return problems
 
 
@@ -184,14 +199,8 @@ def run_pairs_problems(table: Table, cited: list[str]) -> list[str]:
                 for name in cited for cell in result(name)["cells"]
                 if cell["arms"][-1] == "controller"}
     heads = [label_of(head) for head in table.header]
-    problems = []
-    for line, cells in table.rows:
-        where = f"{table.where.split(':')[0]}:{line}"
-        key = (label_of(cells[0]), int(label_of(cells[1])))
-        cell = cells_of.get(key)
-        if cell is None:
-            problems.append(f"{where}: no controller cell {key} in {cited}")
-            continue
+    problems: list[str] = []
+    for where, cells, cell in keyed_rows(table, cells_of, cited, problems):
         against = cell["against_last"]
         best = min(against, key=lambda arm: against[arm]["ratio"])
         for head, quoted in zip(heads, cells, strict=True):
@@ -204,11 +213,8 @@ def run_pairs_problems(table: Table, cited: list[str]) -> list[str]:
             if entry is None or match is None:
                 problems.append(f"{where}: {head} {quoted!r} against {entry}")
                 continue
-            median, low, high = match.group(2, 4, 5)
-            if not (same(median, entry["ratio"]) and same(low, entry["low"])
-                    and same(high, entry["high"])):
-                problems.append(f"{where}: {head} quotes {quoted}, file has "
-                                f"{entry['ratio']:.3f} [{entry['low']:.3f}, {entry['high']:.3f}]")
+            problems += figure_problems(where, head, match,
+                                        (entry["ratio"], entry["low"], entry["high"]))
             miss = arm.group(1) == best and entry["low"] < RUN_PAIRS_MARGIN
             if (match.group(1) is not None) != miss:
                 problems.append(f"{where}: {head} is {'' if match.group(1) else 'not '}bold, "
