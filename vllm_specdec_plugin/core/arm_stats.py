@@ -153,6 +153,16 @@ class ArmEstimate:
         half = self.half_width(p)
         return self.log_gain - half, self.log_gain + half
 
+    def win_chance(self, margin: float) -> float:
+        """How likely the true mean log ratio exceeds `margin` (normal approximation; 0.5
+        before two pairs)."""
+        se = self.std_error()
+        if math.isinf(se):
+            return 0.5
+        if se <= 0.0:
+            return 1.0 if self.log_gain > margin else 0.0
+        return 1.0 - NormalDist().cdf((margin - self.log_gain) / se)
+
     def watch(self, log_ratio: float) -> None:
         """Before `add`: the CUSUM steps on the new pair, standardised by the prediction sd;
         past `CUSUM_H` on either side the traffic changed and the evidence restarts."""
@@ -168,17 +178,19 @@ class ArmEstimate:
             self.reset()
 
     def judge(self, log_ratio: float, floor: float, decay: float, alpha: float, margin: float,
-              min_pairs: int) -> int:
+              min_pairs: int, back_off: float) -> int:
         """Take one pair (after the change detector has seen it, from `min_pairs` on) and
         decide: 1 when the lower bound at 1 - alpha clears `margin` (a switch), -1 when the
-        upper one is below -margin (clearly worse), else 0; never before `min_pairs` pairs."""
+        upper one at 1 - back_off is below -margin (clearly worse: explored rarely), else 0;
+        never before `min_pairs` pairs."""
         if self.pairs >= min_pairs:
             self.watch(log_ratio)
         self.add(log_ratio, decay, floor)
         if self.pairs < min_pairs:
             return 0
-        low, high = self.bounds(1.0 - alpha)
-        return 1 if low > margin else -1 if high < -margin else 0
+        if self.log_gain - self.half_width(1.0 - alpha) > margin:
+            return 1
+        return -1 if self.log_gain + self.half_width(1.0 - back_off) < -margin else 0
 
     def count_block(self, yields: float, steps: int, rows: int) -> None:
         """A closed block of this arm: its sum of yield per row, steps and row-steps."""

