@@ -116,7 +116,10 @@ def run_cell(llm: Any, tokenizer: Any, workload: str, concurrency: int, arms: li
                             if CONTROLLER in arms else None),
             "explore_share": ({bucket_label(key): round(state.explore_steps / state.steps, 3)
                                for key, state in sorted(runtime.controller.buckets.items())
-                               if state.steps} if CONTROLLER in arms else None)}
+                               if state.steps} if CONTROLLER in arms else None),
+            "switches": ({bucket_label(key): state.switches
+                          for key, state in sorted(runtime.controller.buckets.items())}
+                         if CONTROLLER in arms else None)}
 
 
 def hold(runtime: Any, arm: str) -> None:

@@ -191,10 +191,17 @@ RUN_PAIRS_MARGIN = 0.98
 """The controller's target against the best fixed k in a run (issue 37): the interval's low end."""
 
 
+def explored(cell: dict[str, Any]) -> str:
+    """A run_pairs cell's `explore_share` as the docs quote it: "1-1: 9%, 2-3: 12%"."""
+    return ", ".join(f"{key}: {100 * share:.0f}%"
+                     for key, share in (cell.get("explore_share") or {}).items())
+
+
 def run_pairs_problems(table: Table, cited: list[str]) -> list[str]:
     """`benchmarks/probes/run_pairs.py`'s controller table: a row per (workload, c), a column
     "k<N> / controller" per fixed arm (the file's `against_last[kN]`), "best fixed k" the arm
-    with the lowest ratio; bold exactly the best arm's cell whose low end misses 0.98."""
+    with the lowest ratio, "explored" (where quoted) the share of each bucket's steps the
+    controller explored; bold exactly the best arm's cell whose low end misses 0.98."""
     cells_of = {(cell["workload"], cell["concurrency"]): cell
                 for name in cited for cell in result(name)["cells"]
                 if cell["arms"][-1] == "controller"}
@@ -206,6 +213,8 @@ def run_pairs_problems(table: Table, cited: list[str]) -> list[str]:
         for head, quoted in zip(heads, cells, strict=True):
             if head == "best fixed k" and label_of(quoted) != best:
                 problems.append(f"{where}: best fixed k {quoted!r}, the file's is {best}")
+            if head == "explored" and quoted != explored(cell):
+                problems.append(f"{where}: explored {quoted!r}, the file's is {explored(cell)!r}")
             arm = re.fullmatch(r"(k\d+) / controller", head)
             if arm is None:
                 continue

@@ -30,6 +30,7 @@ from support.result_tables import (
     PAGES,
     RESULTS,
     ROOT,
+    RUN_PAIRS_MARGIN,
     Table,
     by_batch_problems,
     label_of,
@@ -241,7 +242,21 @@ def whatif_met(costs: str) -> str:
                    if r["costs"] == costs))
 
 
+def run_pairs_met(name: str) -> tuple[str, str]:
+    """(met, cells): controller cells whose best fixed k's interval low is at least 0.98."""
+    cells = [c for c in result(name)["cells"] if c["arms"][-1] == "controller"]
+    met = sum(min(c["against_last"].values(), key=lambda e: e["ratio"])["low"]
+              >= RUN_PAIRS_MARGIN for c in cells)
+    return str(met), str(len(cells))
+
+
 CLAIMS = [
+    Claim("docs/schedule-controller.md", r"\*\*Met in (\d+) of (\d+) cells\*\* by the interval",
+          lambda: run_pairs_met("controller-runs")),
+    Claim("docs/schedule-controller.md", r"Met in (\d+) of (\d+) cells there",
+          lambda: run_pairs_met("controller-runs-fixed-pace")),
+    Claim("README.md", r"interval low\) in (\d+) of (\d+) cells\. By the point",
+          lambda: run_pairs_met("controller-runs")),
     Claim("docs/whatif.md", r"the prediction meets the target in (\d) of 8 cells",
           lambda: (whatif_runs_met("engine costs"),)),
     Claim("docs/whatif.md", r"With the CPU prior alone it meets (\d) of 8",

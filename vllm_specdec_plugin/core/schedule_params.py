@@ -19,10 +19,11 @@ class ControllerParams:
     alpha: float = 0.005
     """One-sided error rate per decision: a switch needs mean - t(1 - alpha, n_eff - 1) * sd /
     sqrt(n_eff) above `margin`, so at any one look an arm whose true gain is at most `margin`
-    passes with probability at most alpha, one with no gain far less. Looks come after every pair and overlap by the arm's memory, so the
-    rate over time is what counts: between arms of equal throughput at batch 1 (the noisiest
-    case, a look every ~30 steps) no switch in 2e6 steps (40 seeds), 2 in 1.4e6 on an engine
-    whose drafts cost more; at batch 32 none in 6e5. Such a switch costs at most the margin."""
+    passes with probability at most alpha, one with no gain far less. Looks come after every
+    pair and overlap by the arm's memory, so the rate over time is what counts: between arms
+    of equal throughput at batch 1 (the noisiest case, a look every ~30 steps) no switch in
+    2e6 steps (40 seeds), 11 in 1.4e6 where a drafting step costs 30% more; at batch 32 none
+    in 6e5. Such a switch costs at most the margin."""
     back_off: float = 0.05
     """One-sided error rate of "clearly worse" (the upper bound at 1 - back_off below
     -margin), which only slows an arm's exploration (`explore_every_max`) and is undone by its
