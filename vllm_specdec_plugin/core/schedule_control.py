@@ -1,9 +1,8 @@
 """The online schedule controller: which k each batch-size bucket drafts, learned from its steps.
 
 Pure Python, no I/O; `engine/changes/core_sched_scheduler.py` feeds it one sample per decode step
-and writes what it answers into vLLM's `Scheduler.dynamic_sd_lookup`. Adjacent steps of one
-engine share the host's state, so blocks at one k interleaved with blocks at another, at the same
-batch size, are a paired comparison at millisecond grain (two engines differ by 5-10%).
+and writes what it answers into vLLM's `Scheduler.dynamic_sd_lookup`. Blocks at one k interleaved
+with blocks at another in one engine are a paired comparison at millisecond grain.
 
 Per batch-size bucket (1, 2-3, 4-7, ...) the lookup holds one k for a block of steps: mostly the
 incumbent (the fixed table's value is the prior), now and then another k of the schedule's own
@@ -12,7 +11,8 @@ ratio (`core/arm_stats.py` keeps them per arm). A k replaces the incumbent only 
 bound of its mean log ratio clears `margin` (`ControllerParams.alpha`: the error rate). Each
 other k is explored as often as it may win (`_pace`), rarely once its upper bound is below
 -margin. Every arm's evidence restarts at a switch, one arm's when its CUSUM says the traffic
-changed.
+changed. A switch also moves the buckets with no decision of their own, in batch order
+(`_carried`).
 
 A block's rate: inside a bucket the batch varies, and tokens/s with it whatever k runs. The rate
 is yield per row (tokens / batch, summed over steps) over time in incumbent-step equivalents
@@ -26,15 +26,14 @@ the k it is compared with. A stalled step is left out of its block.
 
 A step is measured only when settled: decode only, at the same k as the step before (a step
 verifies the previous step's drafts); its time runs from `schedule()` to the end of
-`update_from_output()`, so idle gaps never count. A bucket not visited for `STALE_STEPS` engine
-steps drops its block in progress and goes back to its incumbent k. Adaptation times and error
-rates on a synthetic engine: docs/schedule-controller.md (tests/unit/core/test_schedule_control_*).
+`update_from_output()`, so idle gaps never count. A bucket not seen for `STALE_STEPS` engine steps
+drops its block in progress, back to its incumbent k. Measured: docs/schedule-controller.md.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -104,6 +103,8 @@ class BucketState:
     """The highest arm envelope: one stall threshold for every arm (see `outlier`)."""
     explore_steps: int = 0
     turn: list[int] = field(default_factory=list)
+    decision: tuple[int, int] | None = None
+    """(old, new) incumbent of the bucket's last switch of its own; None: none yet."""
     history: list[tuple[int, int]] = field(default_factory=list)
     """(the bucket's measured steps then, the new incumbent) per switch, `HISTORY_MAX` first."""
 
@@ -139,11 +140,13 @@ class ScheduleController:
     def state(self, key: int) -> BucketState:
         found = self.buckets.get(key)
         if found is None:
-            k, every, (low, high) = self.prior_k(key), self.params.explore_every, bucket_bounds(key)
-            ks = captured_ks(self.k_set, high, self.max_graph_tokens, k)
+            prior, (low, high) = self.prior_k(key), bucket_bounds(key)
+            every = self.params.explore_every
+            ks = captured_ks(self.k_set, high, self.max_graph_tokens, prior)
             arms = {v: ArmEstimate(gap=every, wait=every) for v in ks}
+            k = self._carried(key, prior, arms)
             found = self.buckets[key] = BucketState(
-                key, k, k, arms, _Block(k, math.inf, 0.0, 0), BatchShape(low),
+                key, prior, k, arms, _Block(k, math.inf, 0.0, 0), BatchShape(low),
                 turn=[v for v in ks if v != k])
             found.block = self._new_block(found, k)
         return found
@@ -280,21 +283,45 @@ class ScheduleController:
         # flip between its deep gap and a short one at each pair.
         return min(max(pace, estimate.gap // 2), max(estimate.gap * 2, p.explore_every))
 
-    def _switch(self, state: BucketState, arm: int) -> None:
+    def _switch(self, state: BucketState, arm: int, decided: bool = True) -> None:
         """`arm` becomes the incumbent; every arm's evidence restarts from zero (carried
-        over, measured against the old incumbent, one noisy block would switch back)."""
-        every = self.params.explore_every
+        over, measured against the old incumbent, one noisy block would switch back). A
+        decision of the bucket's own (`decided`) is carried to its undecided neighbours."""
+        every, old = self.params.explore_every, state.incumbent
         for estimate in state.arms.values():
             estimate.reset()
             estimate.gap = estimate.wait = every
         state.incumbent = arm
-        state.last_incumbent = None
+        state.last_incumbent = state.pending = None
         state.step_time = 0.0
         state.shape.restart()
+        state.turn = [v for v in state.arms if v != arm]
+        if not decided:
+            state.block = self._new_block(state, arm)  # written at the bucket's next step
+            return
         state.switches += 1
+        state.decision = (old, arm)
         if len(state.history) < HISTORY_MAX:
             state.history.append((state.steps, arm))
-        state.turn = [v for v in state.arms if v != arm]
+        for other in self.buckets.values():
+            if other.decision is None:
+                k = self._carried(other.key, other.incumbent, other.arms)
+                if k != other.incumbent:
+                    self._switch(other, k, decided=False)
+
+    def _carried(self, key: int, k: int, arms: Container[int]) -> int:
+        """Bucket `key`'s k moved by the other buckets' last decisions, in the batch order of
+        n-gram drafts (verifying costs more per token as the batch grows, acceptance does not):
+        a k that beat a smaller one at a batch beats it at every smaller batch, one that beat a
+        larger k at every larger batch. Only for a bucket with no decision of its own."""
+        for other in self.buckets.values():
+            if other.decision is None or other.key == key:
+                continue
+            old, new = other.decision
+            if new in arms and ((new > old and key < other.key and k < new)
+                                or (new < old and key > other.key and k > new)):
+                k = new
+        return k
 
     def _next_arm(self, state: BucketState) -> int:
         """Explore right after an incumbent block only (so an exploration block has incumbent

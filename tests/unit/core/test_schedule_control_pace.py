@@ -9,6 +9,7 @@ yields 1 or 1 + k tokens a step."""
 from __future__ import annotations
 
 import statistics
+from collections.abc import Iterator
 
 from test_schedule_control_noise import K_SET, PRIOR, Traffic
 
@@ -64,3 +65,58 @@ def test_a_probable_winner_keeps_the_first_pace():
     assert controller._pace(unsure, 0) == 32  # halving towards the cap
     unsure.gap = 12
     assert controller._pace(unsure, 0) == params.explore_every_unsure
+
+
+# --- a decision carried to the buckets that have none ------------------------------------------
+
+def mostly(batch: int, visit: int, hold: int = 300, burst: int = 20) -> Iterator[int]:
+    """`hold` steps at `batch`, then `burst` at `visit`, again and again: a bucket the traffic
+    passes through (the tail of a batch of requests)."""
+    while True:
+        yield from [batch] * hold
+        yield from [visit] * burst
+
+
+def test_a_k_that_wins_at_a_larger_batch_moves_the_smaller_undecided_buckets():
+    """k=5 wins by 20% over k=0 at every batch; the prior for 8-15 and 16-31 is k=0. The
+    batch stays at 24 and passes through 12 for 20 steps in 320: once 16-31 switches to k=5,
+    8-15 (no decision of its own) runs k=5 too. Measured: 10 of 10 seeds at k=5 in 8-15 after
+    6000 steps, and k=5 written into vLLM's lookup at 12; without the carry (each bucket on its
+    own) 8-15 reached k=5 on 1 of 10."""
+    moved = written = 0
+    for seed in range(10):
+        controller = ScheduleController(PRIOR, K_SET)
+        engine = Traffic(seed, {2: 1.1, 5: 1.2}, 24)
+        engine.run(controller, mostly(24, 12), 6000)
+        assert controller.table()[bucket(24)] == 5, seed
+        moved += controller.table()[bucket(12)] == 5
+        written += engine.lookup[12] == 5
+    assert moved == 10 and written >= 9, (moved, written)
+
+
+def test_a_bucket_with_its_own_decision_keeps_it_and_a_loss_moves_only_larger_buckets():
+    """Decided buckets are never moved by a neighbour's decision (two buckets that disagree do
+    not flap); a k that beat a smaller k moves smaller buckets only, one that beat a larger k
+    larger buckets only, and a bucket seen for the first time starts where they put it."""
+    controller = ScheduleController(PRIOR, K_SET)
+    b4, b8, b16, b32 = (controller.state(bucket(n)) for n in (4, 8, 16, 32))
+    assert (b4.incumbent, b8.incumbent, b16.incumbent, b32.incumbent) == (2, 0, 0, 0)
+    controller._switch(b8, 2)  # 8-15 decides k=2 beats k=0: smaller buckets below 2 move
+    assert b4.incumbent == 2 and (b16.incumbent, b32.incumbent) == (0, 0)
+    controller._switch(b16, 5)  # 16-31 decides k=5 beats k=0
+    assert b8.incumbent == 2  # decided: kept
+    assert b4.incumbent == 5 and b4.switches == 0  # undecided, smaller: moved up
+    assert b32.incumbent == 0  # larger: a win at 16-31 says nothing there
+    assert controller.state(bucket(2)).incumbent == 5  # new, smaller: starts at 5 (prior 5)
+    assert controller.state(bucket(1)).incumbent == 5
+    controller._switch(b32, 5)  # 32-63 decides k=5 beats k=0
+    controller._switch(b32, 2)  # and then k=2 beats k=5: larger undecided buckets above 2 move
+    assert controller.state(bucket(64)).incumbent == 0  # new, larger, prior 0 below 2: kept
+    b128 = controller.state(bucket(128))
+    controller._switch(b16, 0)  # 16-31 now finds k=0 beats k=5
+    assert b4.incumbent == 5 and b8.incumbent == 2  # smaller: a loss at 16-31 says nothing
+    assert b32.incumbent == 2 and b128.incumbent == 0  # decided kept; undecided already lower
+    b1, b2 = controller.state(bucket(1)), controller.state(bucket(2))
+    controller._switch(b1, 0)  # batch 1 decides k=0 beats k=5: every larger undecided follows
+    assert b2.incumbent == 0 and b4.incumbent == 0 and b4.switches == 0
+    assert (b8.incumbent, b16.incumbent, b32.incumbent) == (2, 0, 2)  # decided: kept
