@@ -253,6 +253,8 @@ def run_pairs_met(name: str) -> tuple[str, str]:
 CLAIMS = [
     Claim("docs/schedule-controller.md", r"\*\*Met in (\d+) of (\d+) cells\*\* by the interval",
           lambda: run_pairs_met("controller-runs")),
+    Claim("docs/schedule-controller.md", r"meets the target by its low end \((\d+) of (\d+)\)",
+          lambda: run_pairs_met("controller-runs-carry")),
     Claim("docs/schedule-controller.md", r"Met in (\d+) of (\d+) cells there",
           lambda: run_pairs_met("controller-runs-fixed-pace")),
     Claim("README.md", r"interval low\) in (\d+) of (\d+) cells\. By the point",
