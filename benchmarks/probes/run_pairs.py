@@ -112,14 +112,17 @@ def run_cell(llm: Any, tokenizer: Any, workload: str, concurrency: int, arms: li
             "seconds": [sum(a for a, _ in per_arm[arms[0]]),
                         sum(b for _, b in per_arm[arms[0]])],
             "against_last": against,
-            "table_after": ({bucket_label(key): k for key, k in runtime.controller.table().items()}
-                            if CONTROLLER in arms else None),
-            "explore_share": ({bucket_label(key): round(state.explore_steps / state.steps, 3)
-                               for key, state in sorted(runtime.controller.buckets.items())
-                               if state.steps} if CONTROLLER in arms else None),
-            "switches": ({bucket_label(key): state.switches
-                          for key, state in sorted(runtime.controller.buckets.items())}
-                         if CONTROLLER in arms else None)}
+            **(controller_after(runtime.controller) if CONTROLLER in arms
+               else dict.fromkeys(("table_after", "explore_share", "switches")))}
+
+
+def controller_after(controller: Any) -> dict[str, dict[str, Any]]:
+    """Per bucket after a cell: the controller's k, its share of steps explored, its switches."""
+    buckets = sorted(controller.buckets.items())
+    return {"table_after": {bucket_label(key): state.incumbent for key, state in buckets},
+            "explore_share": {bucket_label(key): round(state.explore_steps / state.steps, 3)
+                              for key, state in buckets if state.steps},
+            "switches": {bucket_label(key): state.switches for key, state in buckets}}
 
 
 def hold(runtime: Any, arm: str) -> None:

@@ -39,7 +39,8 @@ def test_regular_stalls_are_dropped(outlier):
     """A 400 ms stall every 97 steps (30 times a 12 ms step) among neutral arms at batch 32:
     the stalled steps are left out, so no arm's gain moves past the margin (the same runs
     without stalls read up to 1.2%) and nothing switches; kept (the xfail case), they read a
-    stall in a neighbour as a 3x gain and one in the block as a loss."""
+    stall in a neighbour as a 3x gain and one in the block as a loss. At the first pace
+    (`STEADY`): the test is of what each pair reads, so it needs many pairs."""
     params = replace(STEADY, outlier=outlier)
     for seed in range(5):
         controller = ScheduleController(PRIOR, K_SET, params)
