@@ -124,7 +124,8 @@ def registration_first() -> dict:
 def run_engine(llm: Mapping[str, Any], prompts: list[str], env: Mapping[str, str],
                max_tokens: int = 48, config_only: bool = False,
                sampling: list[Mapping[str, Any]] | None = None,
-               one_at_a_time: bool = False, continue_tokens: int = 0) -> dict[str, Any]:
+               one_at_a_time: bool = False, continue_tokens: int = 0,
+               logprobs: int | None = None) -> dict[str, Any]:
     """Start a real vLLM engine in a process of its own (`support/script_runs.py`: forked from a
     warm server where that is the same), generate greedily, report what it did.
 
@@ -133,7 +134,8 @@ def run_engine(llm: Mapping[str, Any], prompts: list[str], env: Mapping[str, str
     """
     spec = json.dumps({"llm": dict(llm), "prompts": prompts, "max_tokens": max_tokens,
                        "config_only": config_only, "sampling": sampling,
-                       "one_at_a_time": one_at_a_time, "continue_tokens": continue_tokens})
+                       "one_at_a_time": one_at_a_time, "continue_tokens": continue_tokens,
+                       "logprobs": logprobs})
     done = script_runs.run(TESTS / "support" / "engine_run.py", [spec], env, ENGINE_TIMEOUT_S)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:

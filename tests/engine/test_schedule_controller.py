@@ -17,6 +17,7 @@ from support.controller_checks import (
     check_contract,
     contract,
 )
+from support.greedy import same_greedy_tokens
 
 pytestmark = pytest.mark.engine
 
@@ -52,27 +53,6 @@ def test_controller_keeps_drafting_where_drafts_are_accepted(tiny_llama, tmp_pat
     # order); there the speculating engine took the runner-up, and the rest follows from it
     assert same_greedy_tokens(on["token_ids"], plain["token_ids"], plain["top2"])
     assert on["metrics"]["vllm:spec_decode_num_accepted_tokens"] > 0
-
-
-TIE = 0.0625
-"""Logprob gap of a tie under bfloat16 noise (the tiny Llama's weights): 4 steps of bfloat16's
-resolution (2^-6) at a logit of 4-8; a wrong token from a broken verifier is the plain engine's
-runner-up, within this gap, with a chance of about 1 in the vocabulary."""
-
-
-def same_greedy_tokens(on: list[list[int]], plain: list[list[int]],
-                       top2: list[list[list[float]]]) -> bool:
-    """Each prompt's tokens equal, or equal up to a position where the plain engine's best two
-    tokens are within TIE and the other engine took the runner-up."""
-    for mine, theirs, ranks in zip(on, plain, top2, strict=True):
-        split = next((i for i, (a, b) in enumerate(zip(mine, theirs, strict=True)) if a != b),
-                     None)
-        if split is None:
-            continue
-        best, second_id, second = ranks[split]
-        if not (best - second <= TIE and mine[split] == int(second_id)):
-            return False
-    return True
 
 
 def test_same_greedy_tokens_allows_only_a_tie_taken_the_other_way():

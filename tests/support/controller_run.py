@@ -21,6 +21,7 @@ import sys
 import time
 
 from engine_layout import IN_PROCESS
+from greedy import top_two
 
 # The scheduler is read from this process: the in-process layout always, whatever the caller's
 # env says (tests/support/engine_layout.py owns the switch).
@@ -72,12 +73,6 @@ def main(spec: dict) -> dict:
         out["report_path"] = runtime.report_path
         out["table"] = {str(k): v for k, v in runtime.controller.table().items()}
     return out
-
-
-def top_two(position: dict) -> list[float]:
-    ranked = sorted(position.items(), key=lambda item: item[1].rank or 0)
-    (_, best), (second_id, second) = ranked[0], ranked[1]
-    return [best.logprob, second_id, second.logprob]
 
 
 if __name__ == "__main__":

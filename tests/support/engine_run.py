@@ -6,7 +6,8 @@ SPEC: {"llm": {...LLM kwargs...}, "prompts": [...], "max_tokens": N, "config_onl
 "sampling": [{...SamplingParams kwargs...} per prompt] (optional; default greedy),
 "one_at_a_time": bool (each prompt served alone, in order: the whatif exactness test),
 "continue_tokens": N (after the counters are read, each prompt again with N more tokens: the
-model's tokens past each output's end, as "continuations")}
+model's tokens past each output's end, as "continuations"), "logprobs": N (greedy: the top N
+per position, reported as "top2")}
 With "config_only", only `EngineArgs(**llm).create_engine_config()` runs: vLLM's own config
 resolution (where it refuses bad combinations), without loading weights.
 Output (last stdout line): {"speculative_config", "model_impl", "async_scheduling",
@@ -20,6 +21,7 @@ import json
 import sys
 
 from engine_layout import llm_kwargs
+from greedy import top_two
 
 
 def spec_summary(config: object) -> dict | None:
@@ -103,7 +105,7 @@ def main() -> None:
         sys.exit(0)
     config = llm.llm_engine.vllm_config
     params = SamplingParams(temperature=0.0, max_tokens=spec.get("max_tokens", 48),
-                            ignore_eos=True)
+                            ignore_eos=True, logprobs=spec.get("logprobs"))
     if spec.get("sampling"):  # one SamplingParams per prompt (mixed greedy/sampled batches)
         params = [SamplingParams(**{"max_tokens": spec.get("max_tokens", 48),
                                     "ignore_eos": True, **extra}) for extra in spec["sampling"]]
@@ -115,6 +117,9 @@ def main() -> None:
     print(json.dumps({
         **resolved(config),
         "token_ids": [list(o.outputs[0].token_ids) for o in outputs],
+        # with "logprobs": per position, [best logprob, runner-up id, its logprob]
+        "top2": [[top_two(position) for position in o.outputs[0].logprobs or []]
+                 for o in outputs],
         "prompt_token_ids": [list(o.prompt_token_ids or []) for o in outputs],
         # vLLM's per-request counters (`per_request_spec_decode_metrics`), None where not kept
         "draft_tokens": [getattr(getattr(o.outputs[0], "spec_decode_metrics", None),
