@@ -7,4 +7,6 @@
 - `workloads.py`: loading `benchmarks/workloads/` and rendering a prompt's token ids;
 - `results.py`: where results go, the command that reproduces a run, writing a result file;
 - `null_proposer.py`: a `custom_class` proposer that never drafts.
+- `greedy.py`: two engines' greedy tokens compared where bfloat16 can tie (`same_greedy_tokens`,
+  `tie_split`), and the best two tokens per position read from an engine or a server's answer.
 """

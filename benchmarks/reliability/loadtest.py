@@ -10,7 +10,8 @@ prints the counts as JSON: sent, succeeded (2xx and, for a stream, a complete on
 (4xx), failed (5xx, connection errors, timeouts, a stream that broke off or carried an error),
 and not_sent (left when the deadline passed). Per kind it counts the HTTP statuses and keeps the
 first refusal message, and it adds the server's token and speculative-decoding counters
-(/metrics) before and after the run.
+(/metrics) before and after the run. Greedy requests ask for their token ids and top-2 logprobs
+per token, so two servers' greedy answers compare token by token (`greedy_mismatches`).
 
 Only the standard library and httpx (a vLLM dependency) are used.
 """
@@ -29,6 +30,7 @@ from typing import Any
 
 import httpx
 
+from benchmarks.lib.greedy import first_split, openai_tokens, tie_split
 from benchmarks.reliability.request_mix import KINDS, RequestSpec, build_mix
 from vllm_specdec_plugin.inputs.vllm_metrics import (
     ACCEPTED,
@@ -52,7 +54,12 @@ COUNTERS = {
 
 @dataclass
 class Result:
-    """What one request got back. `status` is None for a connection error or a timeout."""
+    """What one request got back. `status` is None for a connection error or a timeout.
+
+    `token_ids` and `top2` (per token: [best logprob, runner-up id, runner-up logprob], as
+    `benchmarks/lib/greedy.py` reads them) only for a request that asked for its tokens as ids
+    with logprobs (the mix's greedy ones); None otherwise.
+    """
 
     index: int
     kind: str
@@ -64,6 +71,8 @@ class Result:
     error: str = ""
     in_stream: bool = False  # the error came as an event of a 200 stream
     seconds: float = 0.0
+    token_ids: list[int] | None = None
+    top2: list[list[float]] | None = None
 
     @property
     def outcome(self) -> str:
@@ -74,7 +83,11 @@ class Result:
             return "refused"
         return "failed"
 
-
+    def add_tokens(self, choice: dict[str, Any]) -> None:
+        """Append a choice's (or a stream chunk's choice's) token ids and top two per token."""
+        ids, top2 = openai_tokens(choice.get("logprobs"))
+        self.token_ids = [*(self.token_ids or []), *ids]
+        self.top2 = [*(self.top2 or []), *top2]
 
 
 def _piece(choice: dict[str, Any]) -> str:
@@ -122,7 +135,10 @@ async def _stream(client: httpx.AsyncClient, spec: RequestSpec, result: Result) 
                 result.status = code if isinstance(code, int) else 500
                 result.error, result.in_stream = _error_message(chunk), True
                 return
-            pieces.extend(_piece(choice) for choice in chunk.get("choices") or [])
+            for choice in chunk.get("choices") or []:
+                pieces.append(_piece(choice))
+                if spec.body.get("return_tokens_as_token_ids"):
+                    result.add_tokens(choice)
             if chunk.get("usage"):
                 result.completion_tokens = chunk["usage"].get("completion_tokens")
         result.text = "".join(pieces)
@@ -143,6 +159,9 @@ async def send(client: httpx.AsyncClient, spec: RequestSpec) -> Result:
             payload = response.json()
             if response.status_code == 200:
                 result.text = "".join(_piece(c) for c in payload["choices"])
+                if spec.body.get("return_tokens_as_token_ids"):
+                    for choice in payload["choices"]:
+                        result.add_tokens(choice)
                 result.completion_tokens = payload["usage"]["completion_tokens"]
             else:
                 result.error = _error_message(payload)
@@ -206,21 +225,41 @@ def summarize(results: Sequence[Result], requested: int, concurrency: int,
 
 
 def greedy_mismatches(first: Sequence[Result], second: Sequence[Result]) -> list[str]:
-    """Greedy requests answered by both runs whose text or token count differ (where)."""
+    """Greedy requests answered by both runs whose answers differ (where): text, token count
+    and token ids (where both have them) equal, but where the ids part at a tie of `second`'s
+    (the plain server's) best two tokens that `first` took the other way (`tie_split`,
+    `benchmarks/lib/greedy.py`; the rest of the answer follows from that token)."""
     other = {r.index: r for r in second}
     bad = []
     for r in first:
         twin = other.get(r.index)
         if r.kind != "greedy" or r.outcome != "ok" or twin is None or twin.outcome != "ok":
             continue
-        if (r.text, r.completion_tokens) != (twin.text, twin.completion_tokens):
-            pairs = enumerate(zip(r.text, twin.text, strict=False))
-            at = next((i for i, (a, b) in pairs if a != b), min(len(r.text), len(twin.text)))
-            bad.append(f"#{r.index} {r.endpoint} stream={r.stream} max_tokens="
-                       f"{r.completion_tokens}/{twin.completion_tokens}: differ at char {at}: "
-                       f"{r.text[max(0, at - 20):at + 20]!r} vs "
-                       f"{twin.text[max(0, at - 20):at + 20]!r}")
+        ids = r.token_ids is not None and twin.token_ids is not None
+        if ((r.text, r.completion_tokens) == (twin.text, twin.completion_tokens)
+                and (not ids or r.token_ids == twin.token_ids)):
+            continue
+        if ids and twin.top2 is not None and tie_split(r.token_ids or [], twin.token_ids or [],
+                                                       twin.top2) is not None:
+            continue
+        bad.append(_mismatch(r, twin))
     return bad
+
+
+def _mismatch(r: Result, twin: Result) -> str:
+    """Where two greedy answers differ: the character, and the token with the plain server's
+    best two there."""
+    pairs = enumerate(zip(r.text, twin.text, strict=False))
+    at = next((i for i, (a, b) in pairs if a != b), min(len(r.text), len(twin.text)))
+    where = (f"#{r.index} {r.endpoint} stream={r.stream} tokens="
+             f"{r.completion_tokens}/{twin.completion_tokens}: differ at char {at}: "
+             f"{r.text[max(0, at - 20):at + 20]!r} vs {twin.text[max(0, at - 20):at + 20]!r}")
+    split = first_split(r.token_ids or [], twin.token_ids or [])
+    if r.token_ids is None or twin.token_ids is None or split is None:
+        return where
+    mine, theirs = r.token_ids[split:split + 1], twin.token_ids[split:split + 1]
+    ranks = twin.top2[split] if twin.top2 and split < len(twin.top2) else None
+    return f"{where}; token {split}: {mine} vs {theirs}, plain's best two there {ranks}"
 
 
 def parse_counters(metrics_text: str) -> dict[str, float]:

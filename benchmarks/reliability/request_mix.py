@@ -4,7 +4,9 @@ The mix: /v1/completions and /v1/chat/completions, streaming or not, max_tokens 
 `n2`), with these kinds:
 
 - `greedy`: temperature 0 (deterministic: compare two servers' answers with
-  `loadtest.greedy_mismatches`);
+  `loadtest.greedy_mismatches`), with the top-2 logprobs per token and the tokens as ids
+  (vLLM's `return_tokens_as_token_ids`: "token_id:N"), so the comparison reads token ids and
+  where the plain server's best two tokens tie (`benchmarks/lib/greedy.py`);
 - `sampled`: temperature 0.8, top_p 0.9, a seed;  `top_k`: temperature 0.7, top_k 20, a seed;
 - `n2` (not in the default `KINDS`): two choices, temperature 0.8, a seed;  `logprobs` (not in
   the default `KINDS` either): greedy, with the two most likely tokens' logprobs;
@@ -43,6 +45,9 @@ PROMPTS = (
 # Kind -> weight in the mix. The last two are plainly invalid requests.
 KINDS: dict[str, int] = {"greedy": 40, "sampled": 16, "top_k": 12, "min_p": 10,
                          "logit_bias": 10, "bad_model": 6, "too_long": 6}
+TOP2: dict[bool, dict[str, Any]] = {True: {"logprobs": True, "top_logprobs": 2},
+                                    False: {"logprobs": 2}}
+"""The two most likely tokens' logprobs per token, asked of chat (True) or completions."""
 
 
 @dataclass(frozen=True)
@@ -70,7 +75,7 @@ def build_mix(model: str, count: int, max_model_len: int, seed: int = 0,
         prompt = rng.choice(PROMPTS)
         body: dict[str, Any] = {"model": model, "max_tokens": rng.randint(8, 48), "n": 1}
         if kind == "greedy":
-            body["temperature"] = 0
+            body.update(temperature=0, return_tokens_as_token_ids=True, **TOP2[chat])
         elif kind == "sampled":
             body.update(temperature=0.8, top_p=0.9, seed=rng.randint(0, 2**31 - 1))
         elif kind == "top_k":
@@ -78,8 +83,7 @@ def build_mix(model: str, count: int, max_model_len: int, seed: int = 0,
         elif kind == "n2":
             body.update(n=2, temperature=0.8, seed=rng.randint(0, 2**31 - 1))
         elif kind == "logprobs":
-            body.update(temperature=0, **({"logprobs": True, "top_logprobs": 2} if chat
-                                          else {"logprobs": 2}))
+            body.update(temperature=0, **TOP2[chat])
         elif kind == "min_p":
             body.update(temperature=0.8, min_p=0.1)
         elif kind == "logit_bias":

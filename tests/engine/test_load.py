@@ -103,7 +103,8 @@ def statuses(results: list[Result], kind: str) -> set[int | None]:
 
 
 def test_load_mix_never_takes_the_server_down(tiny_llama: Path, tmp_path: Path) -> None:
-    """No failures, both servers up, refusals as documented, greedy identical, counters sane."""
+    """No failures, both servers up, refusals as documented, greedy identical (but at a tie),
+    counters sane."""
     spec_log, base_log = tmp_path / "spec.log", tmp_path / "baseline.log"
     # Static config (no load-aware schedule): every step speculates, even at 32 in flight, so
     # the whole mix goes through the speculative sampling path.
@@ -135,10 +136,19 @@ def test_load_mix_never_takes_the_server_down(tiny_llama: Path, tmp_path: Path) 
         assert statuses(base["results"], kind) == {200}, b["by_kind"][kind]
     assert s["refused_in_stream"] > 0
 
-    # Greedy answers are identical, text and token count, on both servers.
+    # Greedy answers are identical, token ids, text and token count, on both servers, but
+    # where the plain server's best two tokens tie to bfloat16's noise and the speculating one
+    # (1+k positions verified at once, another reduction order) took the runner-up; the rest
+    # follows from that token (`benchmarks/lib/greedy.py`).
     greedy = [r for r in spec["results"] if r.kind == "greedy"]
     assert greedy and all(r.outcome == "ok" for r in greedy)
+    for r in (*greedy, *(r for r in base["results"] if r.kind == "greedy")):
+        assert r.token_ids is not None and r.top2 is not None, r
+        assert len(r.token_ids) == len(r.top2) == r.completion_tokens, r
     assert greedy_mismatches(spec["results"], base["results"]) == []
+    plain_ids = {r.index: r.token_ids for r in base["results"]}
+    print("greedy answers parted at a tie:",
+          [r.index for r in greedy if r.token_ids != plain_ids.get(r.index)])
 
     # The spec-decode counters agree with what was served.
     c, totals = s["counters"], spec["totals"]
