@@ -84,6 +84,8 @@ def cuda_cases(m: dict) -> list[dict]:
             "kv_connector": "NixlConnector", "kv_role": "kv_consumer"}}},
         {"name": "tp2", "env": OPT_IN, "engine_args": {**llama, "tensor_parallel_size": 2}},
         {"name": "dp2", "env": OPT_IN, "engine_args": {**llama, "data_parallel_size": 2}},
+        # last: not opted in, the plugin is silent (and would not announce its changes)
+        {"name": "plain", "env": {}, "engine_args": llama},
     ]
 
 
@@ -183,6 +185,19 @@ def test_cuda_user_config_untouched(cuda):
     result = cuda["user-config"]
     assert result["decision"]["source"] == "user-config (engine arguments)"
     assert resolved(result) == ("ngram", 3, None, True, "V2", FULL)
+
+
+@pytest.mark.parametrize(("case", "method", "runner"), [
+    ("ngram", "ngram", None), ("ngram-v1", "ngram", "v1"), ("suffix", "suffix", None)])
+def test_whatifs_async_rule_is_what_vllm033_resolves_on_cuda(cuda, case, method, runner):
+    """`whatif` prices the plain engine's hidden host work exactly where vLLM 0.33 schedules
+    the plain engine asynchronously and the speculating one not (`drafter.async_scheduling`)."""
+    from vllm_specdec_plugin.whatif.drafter import async_scheduling, host_drafter
+
+    assert cuda["plain"].get("error") is None and cuda["plain"]["async_scheduling"] is True
+    rule = async_scheduling(method, host_drafter(method, "cuda", runner).name, "cuda", 0.001,
+                            "0.33")
+    assert rule.hidden_s == (0.0 if cuda[case]["async_scheduling"] else 0.001), rule.why
 
 
 def test_cuda_explicit_async_scheduling(cuda):

@@ -47,10 +47,11 @@ MEASURED_NOTE = ("measured on the target by the engine's controller; the error o
                  "step-cost estimates is not quantified (the exported costs carry no spread)")
 NEAREST_NOTE = ("no prior on this platform: the nearest measured bucket's cost, scaled by "
                 "rows; its error is not quantified")
+ASYNC_NOT_PRICED = ("async scheduling (a plain engine runs it there and a speculating one does "
+                    "not; the host work it hides is not known)")
+"""Added to `NOT_PRICED` where the target's async scheduling has no price
+(`whatif/drafter.async_scheduling`: rbln)."""
 NOT_PRICED = (
-    "async scheduling (vLLM turns it off for the ngram, suffix and custom_class proposers on "
-    "the V1 runner, and by default for ngram on either runner; a baseline without speculation "
-    "may run with it, and gain what it hides)",
     "prefill interference (a new request's prefill shares the steps of the running batch)",
     "the per-batch schedule (a fixed k is replayed at every batch size)")
 """What the predicted speedups leave out, whatever priced the steps."""

@@ -161,6 +161,10 @@ class Hardware:
     memory_gib: float | None = None
     """The GPU's memory (the datasheet's GB, taken as GiB), for the KV capacity
     (`core/kv_capacity.py`); None on the cpu row (vLLM's `VLLM_CPU_KVCACHE_SPACE` sizes it)."""
+    host_overhead_s: float = 0.0
+    """Of `overhead_s`, the host's work per step (scheduler, input preparation, output
+    processing) that a plain engine's async scheduling overlaps with the forward pass; 0 on the
+    cpu row (vLLM's CPU platform runs no async scheduling)."""
 
     @property
     def bytes_per_s(self) -> float:

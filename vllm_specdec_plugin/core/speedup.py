@@ -18,6 +18,12 @@ p = sum(drafting_steps) / sum(steps). At batch b every step verifies b rows:
 
 so speedup(b) = tau * t_none / t_spec (output tokens per second, speculation over none).
 
+Async scheduling (`hidden_s`): where the plain engine overlaps its host work (scheduling, input
+preparation, output processing: h seconds of the step) with the forward pass and the speculating
+engine cannot (vLLM turns async scheduling off for ngram, suffix and custom_class proposers), the
+plain step is max(t_none - h, h) (the longer of the forward pass and the host work, each whole)
+instead of t_none, with h at most t_none; the speculating step stays t_spec.
+
 What it leaves out: the acceptance is concurrency 1's (each request's drafts do not depend on
 its batch neighbours for the n-gram matcher; suffix decoding's cross-request cache is replayed
 in traffic order), and a batch is taken as b rows of the traffic's average row.
@@ -30,6 +36,7 @@ the traffic, not the error of the cost curve (`prior_share` says how much of tha
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -131,27 +138,39 @@ def _resampled_totals(columns: np.ndarray, resamples: int, seed: int) -> np.ndar
     return out
 
 
+def plain_step(t_none: float, hidden_s: float) -> float:
+    """The plain engine's step where async scheduling overlaps `hidden_s` of host work with the
+    forward pass (the module docstring's model): max(t_none - h, h), h at most t_none."""
+    host = min(hidden_s, t_none)
+    return max(t_none - host, host)
+
+
 def _speedups(curve: StepCostCurve, batch: int, tau: np.ndarray, d: np.ndarray,
-              p: np.ndarray) -> np.ndarray:
+              p: np.ndarray, hidden_s: float) -> np.ndarray:
     """speedup(batch) for arrays of tau, d, p. A curve's step time is affine in the drafted
     tokens and the drafting share, so three of its values price every resample at once."""
     none = curve.seconds(batch, 0.0, 0.0)
     switch = curve.seconds(batch, 0.0, 1.0) - none
     per_token = curve.seconds(batch, 1.0, 0.0) - none
     spec = none + switch * (1.0 - (1.0 - p) ** batch) + per_token * batch * d
-    result: np.ndarray = tau * none / spec
+    result: np.ndarray = tau * plain_step(none, hidden_s) / spec
     return result
 
 
 def predict(counts: ReplayCounts, curve: StepCostCurve, batches: Sequence[int],
-            resamples: int = 1000, seed: int = 0, confidence: float = 0.9) -> list[Predicted]:
+            resamples: int = 1000, seed: int = 0, confidence: float = 0.9,
+            hidden_s: float = 0.0) -> list[Predicted]:
     """The predicted speedup against no speculation at each of `batches`, with its interval
-    (the module docstring's model). Degenerate counts (no verify step, or one request) give
-    an interval of the point itself."""
+    (the module docstring's model). `hidden_s`: the host seconds per step the plain engine's
+    async scheduling hides where the speculating engine runs synchronously (0: both engines
+    schedule alike). Degenerate counts (no verify step, or one request) give an interval of
+    the point itself."""
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be between 0 and 1, got {confidence}")
     if resamples < 1:
         raise ValueError(f"resamples must be at least 1, got {resamples}")
+    if not (math.isfinite(hidden_s) and hidden_s >= 0.0):
+        raise ValueError(f"hidden host seconds must be finite and not negative, got {hidden_s}")
     columns = counts.columns()
     tau, d, p = (float(x) for x in _rates(columns.sum(axis=0)))
     degenerate = len(columns) < 2 or columns[:, 1].sum() == 0
@@ -165,10 +184,10 @@ def predict(counts: ReplayCounts, curve: StepCostCurve, batches: Sequence[int],
         t_spec = curve.seconds(batch, batch * d, 1.0 - (1.0 - p) ** batch)
         if not t_none > 0.0 or not t_spec > 0.0:
             raise ValueError(f"{curve.source}: a step at batch {batch} must take some time")
-        speedup = tau * t_none / t_spec
+        speedup = tau * plain_step(t_none, hidden_s) / t_spec
         low = high = speedup
         if boot is not None:
-            low, high = (float(x) for x in np.percentile(_speedups(curve, batch, *boot),
+            low, high = (float(x) for x in np.percentile(_speedups(curve, batch, *boot, hidden_s),
                                                          [tail, 100.0 - tail]))
             # the percentiles of a spread-less traffic can miss the point by a rounding
             low, high = min(low, speedup), max(high, speedup)

@@ -5,7 +5,9 @@ finite and in its range, every number with a non-empty source (a figure without 
 refused: the table's point is that each prior can be traced), names unique. The GPU rows take
 their efficiencies, overhead and switch share from `gpu_defaults` unless they give their own;
 the `cpu` row gives all of its own. Each GPU row gives its `memory_gib` (for the KV capacity)
-with its source; the `cpu` row gives none (vLLM's `VLLM_CPU_KVCACHE_SPACE` sizes a CPU's cache).
+and `host_overhead_s` (the host's share of `overhead_s`, which async scheduling hides) with
+their sources; the `cpu` row gives neither (vLLM's `VLLM_CPU_KVCACHE_SPACE` sizes a CPU's cache,
+and its CPU platform runs no async scheduling).
 `cpu_prior` is the roofline prior for this project's CPU
 machine kind, `roofline_curve` on the `cpu` row.
 """
@@ -36,7 +38,11 @@ TUNED = ("bandwidth_efficiency", "flops_efficiency", "fp8_flops_efficiency", "ov
 RANGES = {"memory_bandwidth_gbs": (1e-3, 1e6), "bf16_tflops": (1e-6, 1e6),
           "fp8_tflops": (1e-6, 1e6), "bandwidth_efficiency": (1e-3, 1.0),
           "flops_efficiency": (1e-3, 1.0), "fp8_flops_efficiency": (1e-3, 1.0),
-          "overhead_s": (0.0, 1.0), "switch_share": (0.0, 1.0), "memory_gib": (1.0, 4096.0)}
+          "overhead_s": (0.0, 1.0), "switch_share": (0.0, 1.0), "memory_gib": (1.0, 4096.0),
+          "host_overhead_s": (0.0, 1.0)}
+GPU_ONLY = ("memory_gib", "host_overhead_s")
+"""Read on GPU rows only: the cpu row has no KV capacity check (vLLM's VLLM_CPU_KVCACHE_SPACE
+sizes it) and no async scheduling (vLLM's CPU platform turns it off)."""
 FIX = "fix the hardware table"
 
 
@@ -77,12 +83,17 @@ def _row(row: Any, defaults: dict[str, Any], source: str, where: str,
     # null: no FP8 units (W8A16 runs at the BF16 rate)
     fp8 = None if merged.get("fp8_tflops") is None else _number(merged, "fp8_tflops", source,
                                                                  where)
-    if gpu:
-        values["memory_gib"] = _number(merged, "memory_gib", source, where)
-    elif "memory_gib" in merged:
-        raise _refuse(source, f"{where}.memory_gib", "is not read on the cpu row (vLLM's "
-                      "VLLM_CPU_KVCACHE_SPACE sizes a CPU's KV cache); remove it")
-    keys = (*PEAKS, *TUNED, *(("memory_gib",) if gpu else ()))
+    for key in GPU_ONLY:
+        if gpu:
+            values[key] = _number(merged, key, source, where)
+        elif key in merged:
+            raise _refuse(source, f"{where}.{key}", "is not read on the cpu row (vLLM's "
+                          "VLLM_CPU_KVCACHE_SPACE sizes a CPU's KV cache, and its CPU "
+                          "platform runs no async scheduling); remove it")
+    if gpu and values["host_overhead_s"] > values["overhead_s"]:
+        raise _refuse(source, f"{where}.host_overhead_s", f"{values['host_overhead_s']} is "
+                      f"more than overhead_s {values['overhead_s']}, of which it is a part")
+    keys = (*PEAKS, *TUNED, *(GPU_ONLY if gpu else ()))
     for key in keys:
         text = sources.get(key)
         if not isinstance(text, str) or not text.strip():
@@ -96,7 +107,8 @@ def _row(row: Any, defaults: dict[str, Any], source: str, where: str,
                     overhead_s=values["overhead_s"], switch_share=values["switch_share"],
                     title=str(row.get("title") or name),
                     sources={k: " ".join(str(sources[k]).split()) for k in keys},
-                    memory_gib=values.get("memory_gib"))
+                    memory_gib=values.get("memory_gib"),
+                    host_overhead_s=values.get("host_overhead_s", 0.0))
 
 
 def parse_hardware_table(text: str, source: str) -> dict[str, Hardware]:

@@ -1,9 +1,11 @@
 """The drafter interface `whatif/replay.py`'s Python loop drives (kept apart so the drafters of
 `whatif/replay_adaptive.py` and the loop that drives them import it without importing each
-other), and which drafter the target host's vLLM runs for each method (`host_drafter`)."""
+other), which drafter the target host's vLLM runs for each method (`host_drafter`), and whether
+it schedules asynchronously there, beside a plain engine (`async_scheduling`)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -97,3 +99,48 @@ def host_drafter(method: str, platform: str, runner: str | None = None) -> HostD
     host = ("vLLM disables Triton on a CPU host, so it runs the V1 model runner" if
             platform == "cpu" else "vllm-rbln's model runner drafts with vLLM's V1 proposers")
     return HostDrafter(V1_NGRAM, f"{host}; {V1_MATCHER}")
+
+
+@dataclass(frozen=True)
+class AsyncScheduling:
+    """Async scheduling on the target host, as the prediction prices it for one method."""
+
+    hidden_s: float | None
+    """Host seconds per step the plain engine's async scheduling hides and the speculating
+    engine's does not (0: both engines schedule alike; None: not priced)."""
+    why: str
+
+
+def async_scheduling(method: str, drafter: str, platform: str, host_overhead_s: float,
+                     vllm_release: str | None) -> AsyncScheduling:
+    """How the target's vLLM schedules a plain engine and one speculating with `method` through
+    `drafter`, by the rules of `vllm_release` (the installed vLLM's: whatif resolves the configs
+    with it). A plain engine schedules asynchronously on a CUDA host (vLLM's default) and on
+    RBLN (vllm-rbln 0.12's defaults), never on a CPU host. A speculating one: vLLM 0.32's
+    `VllmConfig` keeps it only for EAGLE, MTP, draft-model, ngram_gpu, DSpark and DFlash
+    drafters, whichever the runner; 0.33 applies that check to the V1 runner only, so Model
+    Runner V2's ngram keeps it; vllm-rbln 0.12 turns it off under any speculation."""
+    vllm_method = "custom_class" if method == "adaptive" else method
+    if platform == "cpu":
+        return AsyncScheduling(0.0, "off in both engines (vLLM's CPU platform turns it off)")
+    if platform == "rbln":
+        return AsyncScheduling(None, (
+            "not priced: vllm-rbln 0.12 runs a plain engine with it (VLLM_RBLN_USE_DEVICE_TENSOR "
+            "and its on-device sampler, both on by default) and turns it off under speculation; "
+            "no figure of the host work it hides on an RBLN host is known, so the speedups are "
+            "too kind to speculation by that work"))
+    match = re.match(r"(\d+)\.(\d+)", vllm_release or "")
+    release = (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+    if drafter == MRV2_NGRAM and release >= (0, 33):
+        return AsyncScheduling(0.0, (
+            f"on in both engines: vLLM {vllm_release} checks a method against async scheduling "
+            "on the V1 model runner only, and Model Runner V2 runs ngram (vLLM 0.32 runs it "
+            "synchronously: whatif with vLLM 0.32 installed prices that)"))
+    where = ("whichever the runner" if release < (0, 33) else "on the V1 model runner")
+    return AsyncScheduling(host_overhead_s, (
+        f"priced: the plain engine runs it (vLLM's default on a CUDA host) and {vllm_method} "
+        f"turns it off (vLLM {vllm_release or '(version unreadable)'} keeps it for EAGLE, MTP, "
+        f"draft-model and ngram_gpu drafters only, {where}), so the plain step hides "
+        f"{host_overhead_s * 1e3:.3f} ms of host work per step (the row's host_overhead_s: "
+        "SpecDecode-Bench's per-step time beside the forward pass on an H100, assumed for "
+        "every GPU)"))

@@ -111,7 +111,8 @@ def _batches(batches: Sequence[int]) -> str:
     return "batch " + ", ".join(map(str, batches))
 
 
-def error_lines(errors: dict[int, CurveError], marked: bool) -> list[str]:
+def error_lines(errors: dict[int, CurveError], marked: bool,
+                not_priced: tuple[str, ...] = NOT_PRICED) -> list[str]:
     """One line per source that priced a batch size: its model error or why it is unknown;
     the legend of the straddle mark where a cell carries it; what is not priced."""
     by_source: dict[CurveError, list[int]] = {}
@@ -132,5 +133,5 @@ def error_lines(errors: dict[int, CurveError], marked: bool) -> list[str]:
     if marked:
         lines.append(f"  {STRADDLE_MARK}: the model band straddles 1.0 (whether speculation "
                      "pays there is within the model's error)")
-    lines.append("not priced: " + "; ".join(NOT_PRICED))
+    lines.append("not priced: " + "; ".join(not_priced))
     return lines

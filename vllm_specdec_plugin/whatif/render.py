@@ -2,6 +2,8 @@
 
 `--json` is one object; its `methods` list holds one entry per method and k with `method`, `k`,
 `drafter` (the drafter the target host runs, `drafter.host_drafter`) and `drafter_why`,
+`async_scheduling` (`hidden_host_s`, the plain engine's host seconds per step its async
+scheduling hides, null where not priced, and `why`: `drafter.async_scheduling`),
 `requests`, `output_tokens`, `steps`, `drafted_tokens`, `accepted_tokens`,
 `accepted_by_position`, and `predicted` as a list per batch size of `{batch, speedup, low, high}`
 (`low`/`high`: the bootstrap interval over requests) with what priced it and its model error
@@ -25,7 +27,6 @@ from typing import Any
 
 import numpy as np
 
-from vllm_specdec_plugin.core.curve_error import NOT_PRICED
 from vllm_specdec_plugin.core.methods import method_spec
 from vllm_specdec_plugin.core.step_cost import bucket_label
 from vllm_specdec_plugin.whatif.model_error import (
@@ -60,6 +61,9 @@ def method_json(outcome: MethodOutcome, report: WhatifReport | None = None) -> d
     return {
         "method": r.config.method, "k": r.config.k, "label": outcome.label,
         "drafter": r.drafter, "drafter_why": r.drafter_why,
+        "async_scheduling": (None if outcome.async_scheduling is None else
+                             {"hidden_host_s": outcome.async_scheduling.hidden_s,
+                              "why": outcome.async_scheduling.why}),
         "resolved": r.resolved, "requests": r.requests,
         "output_tokens": int(r.output_tokens.sum()), "steps": r.total_steps,
         "drafting_steps": int(r.drafting_steps.sum()), "drafted_tokens": drafted,
@@ -87,7 +91,7 @@ def curve_json(report: WhatifReport) -> dict[str, Any]:
             "model_error": [{"priced_by": e.priced_by, "model_error": e.error,
                              "model_error_note": e.note}
                             for e in dict.fromkeys(report.errors.values())],
-            "not_priced": list(NOT_PRICED),
+            "not_priced": list(report.not_priced),
             "kv_capacity": capacity_json(report.capacity, report.capacity_note)}
 
 
@@ -145,12 +149,14 @@ def render_table(report: WhatifReport) -> str:
             f"{j['tokens_per_step']:>9.2f}{spread_text:>11}  "
             + "".join(f"{c:>8}" for c in cells))
     lines += drafter_lines(report)
+    lines += [f"async scheduling: {why}" for why in dict.fromkeys(
+        o.async_scheduling.why for o in report.outcomes if o.async_scheduling)]
     lines.append("")
     lines.append("predicted speedup against no speculation per batch size (90% interval over "
                  "requests in --json)")
     lines += capacity_lines(report.capacity, report.capacity_note, report.pricing.get("row")
                             or "GPU", report.model["path"], batches)
-    lines += error_lines(report.errors, marked)
+    lines += error_lines(report.errors, marked, report.not_priced)
     lines += recommendation_lines(report)
     speeds = [f"{o.label} {o.replay_tokens_per_s / 1000:,.0f}k tokens/s"
               for o in report.outcomes if o.replay_tokens_per_s]

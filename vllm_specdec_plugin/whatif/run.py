@@ -4,7 +4,9 @@ read the traffic (`inputs/traffic.py`) -> tokenize it with the model's tokenizer
 -> replay each configuration (`replay.py`) through the drafter the target host's vLLM runs for it
 (`drafter.host_drafter`: on cuda, ngram is Model Runner V2's, `replay_mrv2.py`) -> price the
 steps with one step-cost curve (`core/step_cost.StepCostCurve`: `--costs` from a running engine,
-filled where it has no bucket from the platform's prior, `core/roofline.py`) -> predicted
+filled where it has no bucket from the platform's prior, `core/roofline.py`), the plain engine's
+step less the host work its async scheduling hides where the speculating one runs synchronously
+(`drafter.async_scheduling`: on cuda) -> predicted
 speedup per batch size and the recommendation (`core/speedup.py`), each batch size with the
 model error of what priced it, and none above the KV capacity of the row's GPU
 (`model_error.py`). `cli/whatif.py` parses the
@@ -19,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from vllm_specdec_plugin.core.curve_error import CurveError
+from vllm_specdec_plugin.core.curve_error import ASYNC_NOT_PRICED, NOT_PRICED, CurveError
 from vllm_specdec_plugin.core.errors import SpecDecodeConfigError
 from vllm_specdec_plugin.core.kv_capacity import KvCapacity
 from vllm_specdec_plugin.core.limits import (
@@ -37,6 +39,7 @@ from vllm_specdec_plugin.core.speedup import (
     recommend,
 )
 from vllm_specdec_plugin.core.step_cost import StepCostCurve
+from vllm_specdec_plugin.whatif.drafter import AsyncScheduling
 from vllm_specdec_plugin.whatif.types import MethodConfig, ReplayRequest, ReplayResult
 
 DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -75,6 +78,9 @@ class MethodOutcome:
 
     result: ReplayResult
     predicted: list[Predicted]
+    async_scheduling: AsyncScheduling | None = None
+    """How the target schedules the plain and the speculating engine, as priced
+    (`drafter.async_scheduling`)."""
 
     @property
     def label(self) -> str:
@@ -109,6 +115,9 @@ class WhatifReport:
     """The KV capacity of the row's GPU (None: not checked; `capacity_note` says why). A batch
     above it is not predicted: it is absent from each outcome's `predicted`."""
     capacity_note: str = ""
+    not_priced: tuple[str, ...] = NOT_PRICED
+    """What no source priced (`core/curve_error.NOT_PRICED`, with async scheduling where the
+    target's has no price)."""
 
 
 def label(config: MethodConfig, resolved: dict[str, Any] | None = None) -> str:
@@ -127,9 +136,10 @@ def run_whatif(options: WhatifOptions, progress: Progress | None = None) -> What
     drafter, the traffic path; then the configurations as vLLM resolves them, the checkpoint's
     config and tokenizer), so a bad input is refused before the traffic is read; errors are the
     stages' own one-line errors."""
+    from vllm_specdec_plugin.engine.releases import installed_vllm, release_of
     from vllm_specdec_plugin.inputs.traffic import open_traffic, read_traffic
     from vllm_specdec_plugin.whatif.curves import curve_for, pricing_for
-    from vllm_specdec_plugin.whatif.drafter import host_drafter
+    from vllm_specdec_plugin.whatif.drafter import async_scheduling, host_drafter
     from vllm_specdec_plugin.whatif.model_error import batch_errors, capacity_for
     from vllm_specdec_plugin.whatif.replay import replay, resolve
     from vllm_specdec_plugin.whatif.tokens import load_tokenizer, tokenize_traffic
@@ -138,6 +148,10 @@ def run_whatif(options: WhatifOptions, progress: Progress | None = None) -> What
     pricing = pricing_for(options.costs, options.platform, options.gpu)
     drafters = {config: host_drafter(config.method, pricing.platform, options.runner)
                 for config in options.configs}
+    host_s = pricing.row.host_overhead_s if pricing.row is not None else 0.0
+    release = release_of(installed_vllm())
+    asyncs = {config: async_scheduling(config.method, drafters[config].name, pricing.platform,
+                                       host_s, release) for config in options.configs}
     open_traffic(options.traffic).close()
     for config in options.configs:  # vLLM's own check: its import alone takes seconds
         resolve(config)
@@ -169,8 +183,10 @@ def run_whatif(options: WhatifOptions, progress: Progress | None = None) -> What
         result = replay(requests, config, max_model_len=max_model_len,
                         step_seconds=_step_seconds(curve), drafter=drafters[config],
                         progress=_stage(progress, label(config), len(requests), total=True))
-        outcomes.append(MethodOutcome(result, predict(ReplayCounts.of(result), curve, fitting)
-                                      if fitting else []))
+        hidden = asyncs[config].hidden_s or 0.0
+        outcomes.append(MethodOutcome(result, predict(ReplayCounts.of(result), curve, fitting,
+                                                      hidden_s=hidden) if fitting else [],
+                                      asyncs[config]))
     errors = batch_errors(pricing.row, curve, options.batches)
     # a batch counts as paying only where the interval widened by a known model error stays
     # above 1: a recommendation the curve's own error could turn into a loss is not made
@@ -186,7 +202,9 @@ def run_whatif(options: WhatifOptions, progress: Progress | None = None) -> What
         curve=curve, prior_share=share, outcomes=outcomes, recommendation=chosen,
         pricing=pricing.describe(curve, share),
         errors=errors, capacity=capacity,
-        capacity_note=capacity_note)
+        capacity_note=capacity_note,
+        not_priced=NOT_PRICED + ((ASYNC_NOT_PRICED,) if any(
+            a.hidden_s is None for a in asyncs.values()) else ()))
 
 
 def _with_model_low(predicted: Predicted, error: CurveError) -> Predicted:

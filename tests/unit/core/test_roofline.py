@@ -35,6 +35,7 @@ from vllm_specdec_plugin.core.roofline import (
     roofline_curve,
     step_seconds,
 )
+from vllm_specdec_plugin.core.speedup import plain_step
 from vllm_specdec_plugin.core.step_cost import bucket
 from vllm_specdec_plugin.inputs.hardware import (
     cpu_prior,
@@ -157,8 +158,9 @@ def test_table_has_every_row_with_a_source_for_every_number():
                           "a100-40gb", "l40s", "l4", "a10g", "b200", "cpu"}
     for row in table.values():
         gpu = row.name != "cpu"
-        assert len(row.sources) == 8 + gpu and all(len(t) > 10 for t in row.sources.values())
+        assert len(row.sources) == 8 + 2 * gpu and all(len(t) > 10 for t in row.sources.values())
         assert (row.memory_gib is not None) == gpu
+        assert (row.host_overhead_s > 0) == gpu and row.host_overhead_s <= row.overhead_s
         assert 0 < row.bandwidth_efficiency <= 1 and 0 < row.flops_efficiency <= 1
     assert table["a100-80gb-sxm"].fp8_tflops is None
     assert {name: table[name].memory_gib for name in (
@@ -178,9 +180,10 @@ gpu_defaults:
   flops_efficiency: 0.7
   fp8_flops_efficiency: 0.35
   overhead_s: 0.002
+  host_overhead_s: 0.001
   switch_share: 0.01
   sources: {bandwidth_efficiency: a, flops_efficiency: b, fp8_flops_efficiency: c,
-            overhead_s: d, switch_share: e}
+            overhead_s: d, switch_share: e, host_overhead_s: h}
 gpus:
   - {name: x1, memory_bandwidth_gbs: 1000, bf16_tflops: 100, fp8_tflops: null, memory_gib: 80,
      sources: {memory_bandwidth_gbs: s, bf16_tflops: s, fp8_tflops: s, memory_gib: g}}
@@ -199,6 +202,8 @@ def test_table_parses_and_inherits_the_gpu_defaults():
     assert table["cpu"].overhead_s == 0.001
     assert table["x1"].memory_gib == 80 and table["x1"].sources["memory_gib"] == "g"
     assert table["cpu"].memory_gib is None and "memory_gib" not in table["cpu"].sources
+    assert table["x1"].host_overhead_s == 0.001 and table["x1"].sources["host_overhead_s"] == "h"
+    assert table["cpu"].host_overhead_s == 0 and "host_overhead_s" not in table["cpu"].sources
 
 
 @pytest.mark.parametrize("change, message", [
@@ -217,6 +222,13 @@ def test_table_parses_and_inherits_the_gpu_defaults():
     (("memory_gib: 80", "memory_gib: 5000"), r"memory_gib 5000 is outside"),
     (("{name: cpu,", "{name: cpu, memory_gib: 16,"), r"cpu \(cpu\)\.memory_gib is not read on "
                                                     r"the cpu row"),
+    (("{name: cpu,", "{name: cpu, host_overhead_s: 0.001,"),
+     r"cpu \(cpu\)\.host_overhead_s is not read on the cpu row"),
+    (("host_overhead_s: 0.001", "host_overhead_s: 0.003"),
+     r"\(x1\)\.host_overhead_s 0.003 is more than overhead_s 0.002, of which it is a part"),
+    (("host_overhead_s: 0.001", "host_overhead_s: -0.001"), r"host_overhead_s -0.001 is outside"),
+    (("  host_overhead_s: 0.001\n", ""), r"\(x1\)\.host_overhead_s must be a number, got 'None'"),
+    ((", host_overhead_s: h", ""), r"\(x1\)\.sources\.host_overhead_s is missing"),
 ])
 def test_table_refuses_bad_rows_in_one_line(change, message):
     text = TABLE.replace(*change, 1)
@@ -230,6 +242,19 @@ def test_table_refuses_bad_rows_in_one_line(change, message):
 
 FIT_FIXED, FIT_TOKEN = 5.88590713e-03, 2.10103129e-05  # s per forward, s per batched token
 FIT_KV, FIT_STEP = 3.92645679e-08, 1.20683946e-03  # s per KV token, s per step beside it
+
+
+def test_host_overhead_is_specdecode_benchs_per_step_constant():
+    """The host work async scheduling would hide (whatif prices it, `core/speedup.predict`'s
+    `hidden_s`) is their per-step time beside the forward pass, to the table's 4 digits."""
+    h100 = find_hardware("h100-sxm")
+    assert h100.host_overhead_s == pytest.approx(FIT_STEP, rel=1e-3)
+    # what it does to a prediction (docs/whatif.md quotes these): Llama-3.1-8B at context 512,
+    # the plain step over the synchronous one at batch 1, 32 and 128
+    curve = roofline_curve(shape(LLAMA_8B, "Llama-3.1-8B"), h100, 512)
+    ratios = [plain_step(t, h100.host_overhead_s) / t
+              for t in (curve.seconds(b, 0.0, 0.0) for b in (1, 32, 128))]
+    assert ratios == pytest.approx([0.831, 0.856, 0.902], abs=5e-4)
 
 
 def test_specdecode_bench_h100_llama8b_fit_reproduced_within_0_1pct():

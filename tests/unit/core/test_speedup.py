@@ -15,6 +15,7 @@ from vllm_specdec_plugin.core.schedule import SCHEDULE_OPEN_END
 from vllm_specdec_plugin.core.speedup import (
     Predicted,
     ReplayCounts,
+    plain_step,
     predict,
     prior_share,
     recommend,
@@ -78,6 +79,24 @@ def test_switch_paid_by_the_share_of_steps_with_a_drafting_row():
     for p, b in zip(found, [1, 2, 4], strict=True):
         t_spec = 0.01 + 0.004 * (1 - 0.5 ** b) + 0.0005 * b * 1.0
         assert p.speedup == pytest.approx(1.5 * 0.01 / t_spec, rel=1e-12)
+
+
+def test_async_scheduling_of_the_plain_engine_prices_its_hidden_host_work():
+    """The plain engine overlaps h of host work with its forward pass (async scheduling), the
+    speculating one does not: the plain step is max(t - h, h), the interval moves with it."""
+    counts = varied(200, 4)
+    costs = curve(switch=0.0005, per_token=0.0004)
+    sync, hidden = predict(counts, costs, BATCHES), predict(counts, costs, BATCHES, hidden_s=0.003)
+    for a, b in zip(sync, hidden, strict=True):
+        for x, y in ((a.speedup, b.speedup), (a.low, b.low), (a.high, b.high)):
+            assert y == pytest.approx(x * 0.007 / 0.01, rel=1e-12)  # 10 ms step, 3 ms hidden
+    assert plain_step(0.01, 0.0) == 0.01 and plain_step(0.01, 0.003) == pytest.approx(0.007)
+    # host work longer than the forward pass: the step is the host's; never above t itself
+    assert plain_step(0.01, 0.008) == pytest.approx(0.008)
+    assert plain_step(0.01, 0.05) == 0.01 and plain_step(0.01, 0.005) == pytest.approx(0.005)
+    for bad in (-0.001, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="hidden host seconds"):
+            predict(counts, costs, [1], hidden_s=bad)
 
 
 def test_no_steps_and_one_request_are_degenerate():

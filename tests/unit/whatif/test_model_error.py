@@ -19,7 +19,8 @@ def test_cells_mark_a_straddle_and_a_batch_that_does_not_fit():
     assert lines[0].startswith("model error of the cpu prior (batch 1, 4): +/-8.4% per step")
     assert lines[1].startswith("model error of the l4 prior (batch 8): unknown: ")
     assert lines[2].startswith("  ?: the model band straddles 1.0")
-    assert lines[3].startswith("not priced: async scheduling")
+    assert lines[3].startswith("not priced: prefill interference")
+    assert error_lines({1: cpu}, False, ("a", "b"))[-1] == "not priced: a; b"
 
 
 def test_the_recommendation_needs_the_model_band_above_one_where_the_error_is_known():

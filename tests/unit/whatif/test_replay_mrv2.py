@@ -33,6 +33,7 @@ from vllm_specdec_plugin.whatif.drafter import (
     V1_ADAPTIVE,
     V1_NGRAM,
     V1_SUFFIX,
+    async_scheduling,
     host_drafter,
 )
 from vllm_specdec_plugin.whatif.replay import replay
@@ -157,6 +158,26 @@ def test_a_runner_vllm_would_refuse_is_one_line(method, platform, text):
     with pytest.raises(SpecDecodeConfigError) as caught:
         host_drafter(method, platform, "v2")
     assert text in str(caught.value) and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(("method", "platform", "runner", "release", "hidden"), [
+    ("ngram", "cuda", None, "0.32", 0.001), ("ngram", "cuda", None, "0.33", 0.0),
+    ("ngram", "cuda", "v1", "0.33", 0.001), ("ngram", "cuda", "v2", "0.34", 0.0),
+    ("suffix", "cuda", None, "0.33", 0.001), ("adaptive", "cuda", None, "0.32", 0.001),
+    ("ngram", "cuda", None, None, 0.001), ("ngram", "cpu", None, "0.32", 0.0),
+    ("suffix", "cpu", None, "0.33", 0.0), ("ngram", "rbln", None, "0.30", None),
+    ("adaptive", "rbln", None, "0.33", None)])
+def test_async_scheduling_follows_the_host_the_drafter_and_the_release(method, platform, runner,
+                                                                      release, hidden):
+    """The plain engine's hidden host work is priced where it schedules asynchronously and the
+    speculating one does not: on cuda but for Model Runner V2's ngram from vLLM 0.33 (its async
+    check covers the V1 runner only; tests/compat/test_vllm033.py checks the rule against vLLM
+    0.33's own config); nothing on cpu; not priced on rbln."""
+    drafter = host_drafter(method, platform, runner).name
+    found = async_scheduling(method, drafter, platform, 0.001, release)
+    assert found.hidden_s == hidden and "\n" not in found.why
+    assert found.why.startswith("off in both" if platform == "cpu" else "not priced" if
+                                platform == "rbln" else "priced" if hidden else "on in both")
 
 
 # -- against vLLM's kernels ----------------------------------------------------------------------
