@@ -56,6 +56,9 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("whatif_serve", "benchmarks.probes.whatif_serve",
               "each workload served one request at a time, opted in: the traffic and vLLM's "
               "spec-decode counters that `vllm-specdec whatif`'s replay is checked against"),
+    Benchmark("whatif_bounds", "benchmarks.probes.whatif_bounds",
+              "`vllm-specdec whatif`: replay speed per drafter, and the time and peak memory of "
+              "the worst bounded inputs (a 4 GiB file, a 1.6 MB conversation line)"),
     Benchmark("whatif_check", "benchmarks.probes.whatif_check",
               "`vllm-specdec whatif` against the engine: replay vs counters (exactness), "
               "prediction vs the in-engine switchback"),

@@ -230,6 +230,29 @@ def whatif_speeds() -> tuple[str, ...]:
     return f"{speed['ngram'] / 1e6:.1f}", f"{speed['suffix'] / 1e6:.2f}"
 
 
+def whatif_bounds_speeds() -> tuple[str, ...]:
+    """Per drafter, the lowest and highest workload's median replay speed."""
+    by: dict[str, list[float]] = {}
+    for cell in result("whatif-bounds")["replay_speed"]:
+        by.setdefault(cell["drafter"], []).append(cell["tokens_per_s"])
+    out: list[str] = []
+    for drafter, scale, digits in (("v1-ngram", 1e6, 2), ("mrv2-ngram-gpu", 1e6, 2),
+                                   ("v1-suffix", 1e3, 0), ("v1-adaptive", 1e3, 0)):
+        out += [f"{min(by[drafter]) / scale:.{digits}f}", f"{max(by[drafter]) / scale:.{digits}f}"]
+    return tuple(out)
+
+
+def whatif_bounds_case(name: str, case: str, *keys: str) -> tuple[str, ...]:
+    """Figures of one worst-input case, as the docs write them."""
+    found = result(name)[case]
+    values = {"seconds": f"{found['seconds']:.1f}", "peak": f"{found['peak_rss_mib']:,}",
+              "lines": f"{found.get('lines', 0):,}",
+              "requests": f"{found['traffic']['requests']:,}",
+              "read": f"{found['traffic']['requests_read']:,}",
+              "replay": f"{found['replay_tokens_per_s'] / 1e6:.2f}"}
+    return tuple(values[key] for key in keys)
+
+
 def whatif_runs_met(costs: str) -> str:
     """Cells of the run comparison met like for like: steady at 1, lockstep at 4."""
     return str(sum(r["met"] for r in result("whatif-check")["runs"]
@@ -267,6 +290,22 @@ CLAIMS = [
           r"(\S+) here \((\w+, \w+): ([\d,]+) against ([\d,]+)\)", whatif_log_only_shortfall),
     Claim("docs/whatif.md", r"The replay runs at ([\d.]+) M tokens/s for ngram and ([\d.]+) M",
           whatif_speeds),
+    Claim("docs/whatif.md", r"v1-ngram ([\d.]+)-([\d.]+) M tokens/s, mrv2-ngram-gpu ([\d.]+)-"
+          r"([\d.]+) M, v1-suffix (\d+)-(\d+) k,\s+v1-adaptive (\d+)-(\d+) k",
+          whatif_bounds_speeds),
+    Claim("docs/whatif.md", r"the V1 n-gram replay ran at ([\d.]+) M tokens/s",
+          lambda: whatif_bounds_case("whatif-bounds", "file", "replay")),
+    Claim("docs/whatif.md", r"skips nothing\) takes ([\d.]+) s and ([\d,]+) MiB of peak RSS; "
+          r"the bound\s+on messages rendered per line keeps (\d+) of",
+          lambda: whatif_bounds_case("whatif-bounds", "line", "seconds", "peak", "requests")),
+    Claim("docs/whatif.md", r"\(([\d,]+) lines of 16 KiB, `MAX_TRAFFIC_BYTES`\)\s+takes ([\d.]+) s "
+          r"and ([\d,]+) MiB of peak RSS\. The bound on tokens held \(256 Mi, 1 GiB as int32\)\s+"
+          r"stops the tokenizing after ([\d,]+) requests, and the reading with it: ([\d,]+) lines",
+          lambda: whatif_bounds_case("whatif-bounds", "file", "lines", "seconds", "peak",
+                                     "requests", "read")),
+    Claim("docs/whatif.md", r"the same file took ([\d.]+) s and ([\d,]+) MiB,\s+reading all "
+          r"([\d,]+) lines",
+          lambda: whatif_bounds_case("whatif-bounds-held", "file", "seconds", "peak", "read")),
     Claim("docs/whatif.md", r"Met in (\d) of 8 cells with the engine's costs",
           lambda: (whatif_met("engine costs"),)),
     Claim("docs/whatif.md", r"and (\d) of 8 with the CPU prior",

@@ -139,8 +139,8 @@ MAX_SHAREGPT_BYTES = 256 * MIB
 times this in memory). A larger one is refused with the fix: the same conversations as JSONL,
 one a line, are streamed."""
 MAX_TRAFFIC_REQUESTS = 1_000_000
-"""Requests read from one file unless `--max-requests` lowers it (records are held in
-memory until tokenized)."""
+"""Requests read from one file unless `--max-requests` lowers it (`whatif` tokenizes records
+as they are read and holds only their tokens, bounded by `MAX_TRAFFIC_TOKENS`)."""
 MAX_TRAFFIC_TEXT_CHARS = 4 * MIB
 """Characters of one prompt, completion, or chat history (a whole ShareGPT conversation):
 about a million tokens, the longest context windows served."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -28,8 +29,8 @@ from vllm_specdec_plugin.inputs.files import NotRegularFile, local_path, open_re
 from vllm_specdec_plugin.inputs.parsers import load_json
 from vllm_specdec_plugin.inputs.traffic_records import BadEntry, TrafficRecord, records_of
 
-__all__ = ["TrafficError", "TrafficFile", "TrafficRecord", "open_traffic",
-           "parse_traffic_chunks", "read_traffic"]
+__all__ = ["TrafficError", "TrafficFile", "TrafficRecord", "TrafficStream", "open_traffic",
+           "parse_traffic_chunks", "read_traffic", "stream_traffic"]
 
 SHAPES = ('each line must be {"prompt", "completion"}, {"messages", "completion"}, '
           '{"request", "response"} or a ShareGPT conversation')
@@ -58,6 +59,8 @@ class TrafficFile:
     truncated: bool
     """Reading stopped before the end (`stop_reason` says why)."""
     stop_reason: str | None = None
+    requests_read: int = 0
+    """Records read (`records` holds them unless they were streamed: `TrafficStream`)."""
 
 
 class _Reader:
@@ -66,6 +69,9 @@ class _Reader:
     def __init__(self, source: str, cap: int, unit: str, why_cap: str) -> None:
         self.source, self.cap, self.unit, self.why_cap = source, cap, unit, why_cap
         self.records: list[TrafficRecord] = []
+        """The records of the last entry, not yet handed on (`TrafficStream` drains them)."""
+        self.read = 0
+        """Records read so far."""
         self.entries = self.skipped = 0
         self.first_bad: tuple[int, str] | None = None
         self.stop_reason: str | None = None
@@ -78,7 +84,7 @@ class _Reader:
     def full(self) -> bool:
         """Whether the cap is reached (asked before each entry, so a file of exactly the cap
         is not called truncated)."""
-        if len(self.records) >= self.cap:
+        if self.read >= self.cap:
             self.stop_reason = f"stopped at {self.cap} requests ({self.why_cap})"
         return self.stop_reason is not None
 
@@ -89,20 +95,23 @@ class _Reader:
         except BadEntry as exc:
             self.bad(number, str(exc))
             return
-        room = self.cap - len(self.records)
+        room = self.cap - self.read
         if len(records) > room:  # a conversation's later turns past the cap
             del records[room:]
             self.stop_reason = f"stopped at {self.cap} requests ({self.why_cap})"
         self.records.extend(records)
+        self.read += len(records)
 
-    def result(self, fmt: str) -> TrafficFile:
-        if not self.records:
+    def result(self, fmt: str, records: tuple[TrafficRecord, ...] = ()) -> TrafficFile:
+        """The file's counts with `records` (what the caller kept of what was read); one
+        `TrafficError` line where nothing usable was read."""
+        if not self.read:
             bad = f" (first bad: {self.first_bad[1]})" if self.first_bad else ""
             units = self.unit if self.entries == 1 else f"{self.unit}s"
             raise TrafficError(f"{self.source}: no usable request in {self.entries} {units}"
                                f"{bad}; {SHAPES}")
-        return TrafficFile(tuple(self.records), fmt, self.entries, self.skipped,
-                           self.first_bad, self.stop_reason is not None, self.stop_reason)
+        return TrafficFile(records, fmt, self.entries, self.skipped, self.first_bad,
+                           self.stop_reason is not None, self.stop_reason, self.read)
 
 
 def _lines(chunks: Iterable[bytes], limit: int, cut: list[bool]) -> Iterator[bytes | None]:
@@ -143,63 +152,97 @@ def _capped(chunks: Iterable[bytes], limit: int, state: list[bool]) -> Iterator[
         yield chunk
 
 
+class TrafficStream:
+    """A traffic file given as a stream of byte chunks, its records read as they are consumed
+    (`iter`), so a 4 GiB file is never held: `whatif` tokenizes them as they come, and stops
+    reading where tokenizing stops. `file()` gives the counts of what was read; iterating
+    raises the whole-file `TrafficError`s (empty, a bad ShareGPT array)."""
+
+    def __init__(self, chunks: Iterable[bytes], source: str, max_requests: int | None = None,
+                 *, max_bytes: int = MAX_TRAFFIC_BYTES,
+                 max_line_bytes: int = MAX_TRAFFIC_LINE_BYTES,
+                 max_sharegpt_bytes: int = MAX_SHAREGPT_BYTES) -> None:
+        if max_requests is not None and max_requests < 1:
+            raise TrafficError(f"--max-requests {max_requests} is not a request count; give 1 "
+                               "or more")
+        given = max_requests is not None and max_requests <= MAX_TRAFFIC_REQUESTS
+        cap = max_requests if given and max_requests else MAX_TRAFFIC_REQUESTS
+        self.chunks, self.source = chunks, source
+        self.limits = (max_bytes, max_line_bytes, max_sharegpt_bytes)
+        self.reader = _Reader(source, cap, "line",
+                              "--max-requests" if given else "the bound on one file")
+        self.format = "jsonl"
+
+    def file(self, records: tuple[TrafficRecord, ...] = ()) -> TrafficFile:
+        """What was read so far, with `records` (those the caller kept)."""
+        return self.reader.result(self.format, records)
+
+    def __iter__(self) -> Iterator[TrafficRecord]:
+        reader = self.reader
+        for _ in self._entries():
+            yield from reader.records
+            reader.records.clear()
+
+    def _entries(self) -> Iterator[None]:
+        """Reads entry by entry into `reader.records`, one yield per entry."""
+        max_bytes, max_line_bytes, max_sharegpt_bytes = self.limits
+        source, reader = self.source, self.reader
+        cut = [False]
+        stream = iter(_capped(self.chunks, max_bytes, cut))
+        first, blank_lines = b"", 0
+        for number, chunk in enumerate(stream):  # the first non-space byte "[": ShareGPT JSON
+            if number == 0 and chunk.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte order mark
+                chunk = chunk[3:]
+            if stripped := chunk.lstrip(_WHITESPACE):
+                first = chunk
+                break
+            blank_lines += chunk.count(b"\n")  # dropped, only counted: a blank line is nothing
+        if not first:
+            raise TrafficError(f"{source} is empty; {SHAPES}")
+        rest = (chunk for part in ((first,), stream) for chunk in part)
+        if stripped[:1] == b"[":
+            self.format, reader.unit = "sharegpt", "conversation"
+            yield from _sharegpt(rest, source, reader, max_sharegpt_bytes)
+            return
+        for number, line in enumerate(_lines(rest, max_line_bytes, cut), 1 + blank_lines):
+            if line is not None and not line.strip():
+                continue
+            if reader.full():
+                break
+            if line is None:
+                reader.entries += 1
+                reader.bad(number, f"longer than {max_line_bytes} bytes; skipped")
+                continue
+            try:
+                value = load_json(line.decode("utf-8"), "the text", _JSON_FIX, max_line_bytes)
+            except UnicodeDecodeError as exc:
+                reader.entries += 1
+                reader.bad(number, f"not UTF-8 (byte 0x{line[exc.start]:02x} at offset "
+                                   f"{exc.start})")
+                continue
+            except SpecDecodeConfigError as exc:
+                reader.entries += 1
+                reader.bad(number, exc.message.removesuffix(f"; {_JSON_FIX}"))
+                continue
+            reader.add(number, value)
+            yield None
+        if cut[0] and reader.stop_reason is None:
+            reader.stop_reason = (f"stopped after {max_bytes / MIB:g} MiB (the bound on a "
+                                  "traffic file); the rest was not read")
+
+
 def parse_traffic_chunks(chunks: Iterable[bytes], source: str, max_requests: int | None = None,
-                         *, max_bytes: int = MAX_TRAFFIC_BYTES,
-                         max_line_bytes: int = MAX_TRAFFIC_LINE_BYTES,
-                         max_sharegpt_bytes: int = MAX_SHAREGPT_BYTES) -> TrafficFile:
-    """A traffic file given as a stream of byte chunks (`source` names it in messages)."""
-    if max_requests is not None and max_requests < 1:
-        raise TrafficError(f"--max-requests {max_requests} is not a request count; give 1 or "
-                           "more")
-    given = max_requests is not None and max_requests <= MAX_TRAFFIC_REQUESTS
-    cap = max_requests if given and max_requests else MAX_TRAFFIC_REQUESTS
-    why_cap = "--max-requests" if given else "the bound on one file"
-    cut = [False]
-    stream = iter(_capped(chunks, max_bytes, cut))
-    first, blank_lines = b"", 0
-    for number, chunk in enumerate(stream):  # the first non-space byte "[": ShareGPT JSON
-        if number == 0 and chunk.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte order mark
-            chunk = chunk[3:]
-        if stripped := chunk.lstrip(_WHITESPACE):
-            first = chunk
-            break
-        blank_lines += chunk.count(b"\n")  # dropped, only counted: a blank line is nothing
-    if not first:
-        raise TrafficError(f"{source} is empty; {SHAPES}")
-    rest = (chunk for part in ((first,), stream) for chunk in part)
-    if stripped[:1] == b"[":
-        return _sharegpt(rest, source, cap, why_cap, max_sharegpt_bytes)
-    reader = _Reader(source, cap, "line", why_cap)
-    for number, line in enumerate(_lines(rest, max_line_bytes, cut), 1 + blank_lines):
-        if line is not None and not line.strip():
-            continue
-        if reader.full():
-            break
-        if line is None:
-            reader.entries += 1
-            reader.bad(number, f"longer than {max_line_bytes} bytes; skipped")
-            continue
-        try:
-            value = load_json(line.decode("utf-8"), "the text", _JSON_FIX, max_line_bytes)
-        except UnicodeDecodeError as exc:
-            reader.entries += 1
-            reader.bad(number, f"not UTF-8 (byte 0x{line[exc.start]:02x} at offset "
-                               f"{exc.start})")
-            continue
-        except SpecDecodeConfigError as exc:
-            reader.entries += 1
-            reader.bad(number, exc.message.removesuffix(f"; {_JSON_FIX}"))
-            continue
-        reader.add(number, value)
-    if cut[0] and reader.stop_reason is None:
-        reader.stop_reason = (f"stopped after {max_bytes / MIB:g} MiB (the bound on a traffic "
-                              "file); the rest was not read")
-    return reader.result("jsonl")
+                         **limits: int) -> TrafficFile:
+    """A traffic file given as a stream of byte chunks (`source` names it in messages), every
+    record held (`TrafficStream`'s limits as keywords)."""
+    stream = TrafficStream(chunks, source, max_requests, **limits)
+    return stream.file(tuple(stream))
 
 
-def _sharegpt(chunks: Iterable[bytes], source: str, cap: int, why_cap: str,
-              limit: int) -> TrafficFile:
-    """A ShareGPT JSON array: parsed whole, so bounded by `limit` bytes."""
+def _sharegpt(chunks: Iterable[bytes], source: str, reader: _Reader,
+              limit: int) -> Iterator[None]:
+    """A ShareGPT JSON array: parsed whole, so bounded by `limit` bytes; one yield per
+    conversation read into `reader`."""
     fix = ("a file that starts with '[' is read as one ShareGPT JSON array; write it as JSONL "
            "(one conversation a line: jq -c '.[]' FILE > FILE.jsonl) to stream it")
     data = b"".join(_capped(chunks, limit, cut := [False]))
@@ -212,12 +255,11 @@ def _sharegpt(chunks: Iterable[bytes], source: str, cap: int, why_cap: str,
                            f"{exc.start}); {fix}") from None
     except SpecDecodeConfigError as exc:
         raise TrafficError(exc.message) from None
-    reader = _Reader(source, cap, "conversation", why_cap)
     for number, conversation in enumerate(value, 1):
         if reader.full():
             break
         reader.add(number, conversation)
-    return reader.result("sharegpt")
+        yield None
 
 
 def _chunks(handle: BinaryIO, progress: Callable[[int, int], None] | None = None,
@@ -234,15 +276,36 @@ def _chunks(handle: BinaryIO, progress: Callable[[int, int], None] | None = None
 
 def read_traffic(path: str | Path, max_requests: int | None = None,
                  progress: Callable[[int, int], None] | None = None) -> TrafficFile:
-    """The traffic file at `path` (JSONL or ShareGPT JSON), at most `max_requests` records;
-    `progress(MiB read, MiB in the file)` as it is read (a 4 GiB file takes a while)."""
+    """The traffic file at `path` (JSONL or ShareGPT JSON), at most `max_requests` records,
+    every one held; `progress(MiB read, MiB in the file)` as it is read."""
     with open_traffic(path) as handle:
-        try:
-            return parse_traffic_chunks(_chunks(handle, progress), f"--traffic {_shown(path)}",
-                                        max_requests)
-        except OSError as exc:
-            raise TrafficError(f"--traffic {_shown(path)} cannot be read "
-                               f"({exc.strerror or exc}); {_FIX}") from None
+        stream = _stream(handle, path, max_requests, progress)
+        return stream.file(tuple(_reading(stream, path)))
+
+
+@contextmanager
+def stream_traffic(path: str | Path, max_requests: int | None = None,
+                   progress: Callable[[int, int], None] | None = None
+                   ) -> Iterator[tuple[TrafficStream, Iterator[TrafficRecord]]]:
+    """The traffic file at `path` opened as a `TrafficStream` and its records, read as they
+    are consumed (while the file is open); `progress(MiB read, MiB in the file)`."""
+    with open_traffic(path) as handle:
+        stream = _stream(handle, path, max_requests, progress)
+        yield stream, _reading(stream, path)
+
+
+def _stream(handle: BinaryIO, path: str | Path, max_requests: int | None,
+            progress: Callable[[int, int], None] | None) -> TrafficStream:
+    return TrafficStream(_chunks(handle, progress), f"--traffic {_shown(path)}", max_requests)
+
+
+def _reading(stream: TrafficStream, path: str | Path) -> Iterator[TrafficRecord]:
+    """The stream's records, an `OSError` while reading as one `TrafficError` line."""
+    try:
+        yield from stream
+    except OSError as exc:
+        raise TrafficError(f"--traffic {_shown(path)} cannot be read "
+                           f"({exc.strerror or exc}); {_FIX}") from None
 
 
 def open_traffic(path: str | Path) -> BinaryIO:

@@ -15,6 +15,7 @@ flags, `render.py` prints.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,7 +47,8 @@ DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128)
 """The batch sizes predicted: the lowest batch of each controller bucket up to 128."""
 
 READ_STAGE = "read (MiB)"
-"""The progress stage of reading the traffic file, counted in MiB."""
+"""The progress stage of reading the traffic file, counted in MiB (the "tokenize" stage counts
+records tokenized of those read so far: they are tokenized as they are read)."""
 
 Progress = Callable[[str, int, int], None]
 """progress(stage, done, total): called as a stage advances (the CLI draws a bar)."""
@@ -137,7 +139,7 @@ def run_whatif(options: WhatifOptions, progress: Progress | None = None) -> What
     config and tokenizer), so a bad input is refused before the traffic is read; errors are the
     stages' own one-line errors."""
     from vllm_specdec_plugin.engine.releases import installed_vllm, release_of
-    from vllm_specdec_plugin.inputs.traffic import open_traffic, read_traffic
+    from vllm_specdec_plugin.inputs.traffic import open_traffic, stream_traffic
     from vllm_specdec_plugin.whatif.curves import curve_for, pricing_for
     from vllm_specdec_plugin.whatif.drafter import async_scheduling, host_drafter
     from vllm_specdec_plugin.whatif.model_error import batch_errors, capacity_for
@@ -157,12 +159,18 @@ def run_whatif(options: WhatifOptions, progress: Progress | None = None) -> What
         resolve(config)
     shape, max_model_len = _model(options)
     tokenizer = load_tokenizer(options.model)
-    traffic = read_traffic(options.traffic, options.max_requests, None if progress is None else
-                           lambda done, total: progress(READ_STAGE, done, total))
-    tokenized = tokenize_traffic(
-        tokenizer, traffic.records, max_tokens_per_request=min(max_model_len, MAX_REQUEST_TOKENS),
-        progress=_stage(progress, "tokenize", len(traffic.records)),
-        unit="conversation" if traffic.format == "sharegpt" else "line")
+    # Read and tokenized record by record: only the tokens are held, and the reading stops
+    # where tokenizing stops (the bound on tokens held), whatever the file's size.
+    with stream_traffic(options.traffic, options.max_requests, None if progress is None else
+                        lambda done, total: progress(READ_STAGE, done, total)) as (stream,
+                                                                                   records):
+        first = next(records, None)  # the format is known from the first record on
+        tokenized = tokenize_traffic(
+            tokenizer, itertools.chain(() if first is None else (first,), records),
+            max_tokens_per_request=min(max_model_len, MAX_REQUEST_TOKENS),
+            progress=_stage(progress, "tokenize", lambda: stream.reader.read),
+            unit="conversation" if stream.format == "sharegpt" else "line")
+    traffic = stream.file()  # nothing usable read: its one-line TrafficError
     requests = tokenized.requests
     if not requests:
         from vllm_specdec_plugin.inputs.traffic import TrafficError
@@ -229,17 +237,18 @@ def _check_counts(options: WhatifOptions) -> None:
                                     f"{MAX_BATCH_SIZE}")
 
 
-def _stage(progress: Progress | None, stage: str, count: int, total: bool = False
-           ) -> Callable[[int], None] | None:
+def _stage(progress: Progress | None, stage: str, count: int | Callable[[], int],
+           total: bool = False) -> Callable[[int], None] | None:
     """A stage's callback: given the items done since the last call (the tokenizer's), or
-    with `total` the items done so far (the replay's)."""
+    with `total` the items done so far (the replay's); `count` the items in all, or what
+    gives the items known so far."""
     if progress is None:
         return None
     done = [0]
 
     def advance(n: int) -> None:
         done[0] = n if total else done[0] + n
-        progress(stage, done[0], count)
+        progress(stage, done[0], count if isinstance(count, int) else count())
 
     return advance
 
@@ -292,7 +301,7 @@ def _traffic_summary(path: str, traffic: Any, tokenized: Any,
         "path": path, "format": traffic.format, "entries": traffic.entries,
         "unit": "conversation" if traffic.format == "sharegpt" else "line",
         "skipped": traffic.skipped, "first_bad": bad(traffic.first_bad),
-        "requests_read": len(traffic.records), "requests_skipped": tokenized.skipped,
+        "requests_read": traffic.requests_read, "requests_skipped": tokenized.skipped,
         "first_skipped_request": bad(tokenized.first_bad),
         "truncated": bool(stops), "stop_reason": "; ".join(stops) or None,
         "requests": len(requests),

@@ -179,11 +179,13 @@ class _Encoder:
 def tokenize_traffic(tokenizer: Any, records: Iterable[TrafficRecord],
                      max_tokens_per_request: int = MAX_REQUEST_TOKENS,
                      progress: Callable[[int], None] | None = None, *, unit: str = "line",
-                     max_total_tokens: int = MAX_TRAFFIC_TOKENS) -> TokenizedTraffic:
+                     max_total_tokens: int | None = None) -> TokenizedTraffic:
     """The records as `ReplayRequest`s (int32 ids), in order; a record that cannot be
     replayed (no chat template, empty prompt or completion, over `max_tokens_per_request`) is
     skipped and counted. `progress(n)` is called with the number of records done since its
     last call. `unit` names where a record came from in messages ("line", "conversation")."""
+    if max_total_tokens is None:  # read here, not at import: the bound on all tokens held
+        max_total_tokens = MAX_TRAFFIC_TOKENS
     requests: list[ReplayRequest] = []
     skipped, total = 0, 0
     first_bad: tuple[int, str] | None = None
