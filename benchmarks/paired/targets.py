@@ -7,7 +7,7 @@ from typing import Any
 # Targets (issue 21): A/A interval within +-2%; `null` vs `none` median >= 0.99 with the
 # interval's lower end >= 0.97 everywhere; the plugin's default likewise on open-ended text and
 # MT-bench (on repetitive work it should keep its gain: reported, not judged here).
-NEUTRAL_WORKLOADS = ("open_ended", "mt_bench")
+NEUTRAL_WORKLOADS = ("open_ended", "mt_bench", "sharegpt")
 
 
 def target(kind: str, workload: str, cell: dict[str, Any],
