@@ -290,6 +290,10 @@ CLAIMS = [
           r"(\S+) here \((\w+, \w+): ([\d,]+) against ([\d,]+)\)", whatif_log_only_shortfall),
     Claim("docs/whatif.md", r"The replay runs at ([\d.]+) M tokens/s for ngram and ([\d.]+) M",
           whatif_speeds),
+    Claim("README.md", r"the default against no speculation reads ([\d.]+) / ([\d.]+) / ([\d.]+) at"
+          r"\s+c=1 / 16 / 32",
+          lambda: tuple(f"{c['ratio_median']:.3f}" for c in sorted(
+              result("none-vs-plugin-sharegpt-16")["cells"], key=lambda c: c["concurrency"]))),
     Claim("docs/whatif.md", r"v1-ngram ([\d.]+)-([\d.]+) M tokens/s, mrv2-ngram-gpu ([\d.]+)-"
           r"([\d.]+) M, v1-suffix (\d+)-(\d+) k,\s+v1-adaptive (\d+)-(\d+) k",
           whatif_bounds_speeds),

@@ -20,9 +20,9 @@ so speedup(b) = tau * t_none / t_spec (output tokens per second, speculation ove
 
 Async scheduling (`hidden_s`): where the plain engine overlaps its host work (scheduling, input
 preparation, output processing: h seconds of the step) with the forward pass and the speculating
-engine cannot (vLLM turns async scheduling off for ngram, suffix and custom_class proposers), the
-plain step is max(t_none - h, h) (the longer of the forward pass and the host work, each whole)
-instead of t_none, with h at most t_none; the speculating step stays t_spec.
+engine cannot (which is where: `whatif/drafter.async_scheduling`), the plain step is
+max(t_none - h, h) (the longer of the forward pass and the host work, each whole) instead of
+t_none, with h at most t_none; the speculating step stays t_spec.
 
 What it leaves out: the acceptance is concurrency 1's (each request's drafts do not depend on
 its batch neighbours for the n-gram matcher; suffix decoding's cross-request cache is replayed

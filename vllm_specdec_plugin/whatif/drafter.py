@@ -5,11 +5,12 @@ it schedules asynchronously there, beside a plain engine (`async_scheduling`).""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from vllm_specdec_plugin.engine.releases import release_key
 
 
 class Drafter:
@@ -129,8 +130,7 @@ def async_scheduling(method: str, drafter: str, platform: str, host_overhead_s: 
             "and its on-device sampler, both on by default) and turns it off under speculation; "
             "no figure of the host work it hides on an RBLN host is known, so the speedups are "
             "too kind to speculation by that work"))
-    match = re.match(r"(\d+)\.(\d+)", vllm_release or "")
-    release = (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+    release = release_key(vllm_release) or (0, 0)  # unreadable: the older rule
     if drafter == MRV2_NGRAM and release >= (0, 33):
         return AsyncScheduling(0.0, (
             f"on in both engines: vLLM {vllm_release} checks a method against async scheduling "
