@@ -86,8 +86,10 @@ class Result:
     def add_tokens(self, choice: dict[str, Any]) -> None:
         """Append a choice's (or a stream chunk's choice's) token ids and top two per token."""
         ids, top2 = openai_tokens(choice.get("logprobs"))
-        self.token_ids = [*(self.token_ids or []), *ids]
-        self.top2 = [*(self.top2 or []), *top2]
+        if self.token_ids is None or self.top2 is None:
+            self.token_ids, self.top2 = [], []
+        self.token_ids.extend(ids)  # a stream's chunks add to it: no copy of what came before
+        self.top2.extend(top2)
 
 
 def _piece(choice: dict[str, Any]) -> str:
