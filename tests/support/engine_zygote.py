@@ -21,20 +21,26 @@ run here only where those variables equal the server's.
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import importlib.util
 import json
 import os
 import runpy
 import sys
+import threading
 import traceback
 from typing import IO
 
 
 def _child(request: dict, protocol: tuple[IO[str], IO[str]],
            set_by_imports: dict[str, str | None]) -> None:
-    """In the forked child: never returns (SystemExit runs the interpreter's exit handlers, as
-    a script's own exit would: the adaptive proposer's last statistics write is one)."""
+    """In the forked child: never returns. It ends as a script's own exit does, up to the
+    interpreter's module teardown: non-daemon threads joined, then the exit handlers (`atexit`:
+    logging's flush, multiprocessing's children, the adaptive proposer's last statistics
+    write, `weakref.finalize`), then the standard streams flushed. The teardown itself, which
+    frees torch's and vLLM's modules one object at a time, is skipped (`os._exit`): 1.9 of a
+    forked `explain`'s 2.1 s here, and nothing a run reports is written there."""
     code: int | str | None = 0
     try:
         os.setsid()
@@ -71,10 +77,27 @@ def _child(request: dict, protocol: tuple[IO[str], IO[str]],
     except BaseException:  # the script's own failure, reported as python would
         traceback.print_exc()
         code = 1
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    raise SystemExit(code)
+    os._exit(_exit_code(code))
+
+
+def _exit_code(code: int | str | None) -> int:
+    """What the interpreter does at exit, short of its module teardown; the status `SystemExit`
+    with `code` gives (a string is printed to stderr, status 1)."""
+    try:
+        threading._shutdown()  # type: ignore[attr-defined]  # what exit does first
+        atexit._run_exitfuncs()
+    except BaseException:
+        traceback.print_exc()
+        code = 1 if code in (0, None) else code
+    if code is not None and not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            code = 120 if code in (0, None) else code  # what the interpreter says then
+    return int(code or 0)
 
 
 def serve(modules: list[str]) -> None:

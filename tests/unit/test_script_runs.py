@@ -79,6 +79,50 @@ def test_a_module_runs_as_dash_m_would(tmp_path, monkeypatch):
     assert done.returncode == 0 and seen["argv"] == ["x"] and seen["path0"] == str(tmp_path)
 
 
+EXITS = """
+import atexit, os, sys, threading, time, weakref
+out = sys.argv[1]
+def note(what):
+    with open(out, "a") as f:
+        f.write(what + "\\n")
+class Held:
+    pass
+held = Held()
+weakref.finalize(held, note, "finalize")
+atexit.register(note, "atexit")
+threading.Thread(target=lambda: (time.sleep(0.3), note("thread"))).start()
+sys.stdout.write("unflushed")  # no newline, no flush: the exit flushes it
+how = os.environ["HOW"]
+if how == "raise":
+    raise ValueError("boom")
+if how == "message":
+    sys.exit("a message")
+if how == "object":
+    sys.exit(["a", "list"])
+sys.exit(int(how))
+"""
+
+
+@pytest.mark.parametrize("how", ["0", "4", "raise", "message", "object"])
+def test_a_forked_run_ends_as_a_fresh_process_does(tmp_path, monkeypatch, how):
+    """The child skips the interpreter's module teardown (`os._exit`, 2 s less a run) but not
+    what a script's exit does: its non-daemon threads finish, its `atexit` and
+    `weakref.finalize` handlers run in that order, its output is flushed, and its exit status
+    and stderr are a fresh process's."""
+    script = tmp_path / "exits.py"
+    script.write_text(EXITS)
+    seen = {}
+    for fork in ("1", "0"):
+        monkeypatch.setenv(script_runs.SWITCH, fork)
+        out = tmp_path / f"notes-{fork}"
+        done = run(script, str(out), HOW=how)
+        seen[fork] = (done.returncode, done.stdout, done.stderr.splitlines()[-1:],
+                      out.read_text().split())
+    assert seen["1"] == seen["0"]
+    assert seen["1"][1] == "unflushed" and seen["1"][3] == ["thread", "atexit", "finalize"]
+    assert seen["1"][0] == {"0": 0, "4": 4}.get(how, 1)
+
+
 def test_a_run_past_its_deadline_is_killed_with_its_session(tmp_path):
     marker = tmp_path / "grandchild.pid"
     script = tmp_path / "hang.py"
