@@ -7,9 +7,12 @@ No model and no forward pass: vLLM's real `Scheduler` (the installed release's),
 plugin's opted-in default config (`EngineArgs`, the n-gram fallback with its load-aware schedule,
 so the `schedule-controller` change wraps it), with a KV cache config of its own, driven as the
 engine core drives it: `schedule()`, a model runner output (1 + a random number of the step's
-drafts accepted per row), `update_from_output()`, the drafts handed back. The controller times
-its own per-step path (`ControlledScheduler.own_s`: both wrappers, with `time.perf_counter`);
-the figure is those seconds over the steps, per batch and per way of counting:
+drafts accepted per row), `update_from_output()`, the drafts handed back, then a wait until the
+controller's decision thread has taken the step (as it would while the device steps; so that
+thread never holds the GIL inside the next step's timed path). The controller times its own
+per-step path on the engine thread (`ControlledScheduler.own_s`: both wrappers, with
+`time.perf_counter`); the figure is those seconds over the steps, per batch and per way of
+counting:
 
 - `stats`: the scheduler makes vLLM's per-step stats (`log_stats`, `vllm serve`'s default) and
   the controller counts a step from its spec-decoding stats (O(1));
@@ -81,6 +84,10 @@ def measure(model: str, batch: int, log_stats: bool, steps: int, seed: int) -> d
         sched.update_draft_token_ids(DraftTokenIds(ids, [[9] * sched.num_spec_tokens
                                                          for _ in ids]))
         runtime = sched.__dict__.get("_specdec_schedule_runtime")
+        if runtime is not None:
+            # the decision thread takes the step while the engine waits on the device (here:
+            # at once, so it never holds the GIL inside the next step's timed path)
+            runtime.drain()
         if step == 29 and runtime is not None:
             before = (runtime.steps, runtime.own_s)
     if runtime is None:

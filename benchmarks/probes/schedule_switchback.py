@@ -91,14 +91,16 @@ def run_cell(llm: Any, tokenizer: Any, workload: str, concurrency: int, arms: st
                for ids in workload_token_ids(tokenizer, workload, 64)]
     params = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
     runtime.restart(None)
-    before = runtime.steps, runtime.own_s, snapshot_seconds(runtime)
+    before = runtime.steps, runtime.own_s, snapshot_seconds(runtime), runtime.decisions.seconds
     serve(llm, prompts, params, concurrency, warmup)
+    runtime.drain()  # the decision thread's last steps
     learned = {bucket_label(k): v for k, v in runtime.controller.table().items()}
     alone = cost_per_step(runtime, before)
     runtime.restart(arms, fresh=False)
-    before = runtime.steps, runtime.own_s, snapshot_seconds(runtime)
+    before = runtime.steps, runtime.own_s, snapshot_seconds(runtime), runtime.decisions.seconds
     start = time.perf_counter()
     generated = serve(llm, prompts, params, concurrency, seconds)
+    runtime.drain()
     report = runtime.switchback.report()
     label = bucket_label(bucket(concurrency))
     return {"workload": workload, "concurrency": concurrency, "arms": arms.split(","),
@@ -115,14 +117,17 @@ def snapshot_seconds(runtime: Any) -> float:
     return runtime.writer.seconds if runtime.writer is not None else 0.0
 
 
-def cost_per_step(runtime: Any, before: tuple[int, float, float]) -> dict[str, float] | None:
+def cost_per_step(runtime: Any, before: tuple[int, float, float, float]
+                  ) -> dict[str, float] | None:
     """The controller's own microseconds per engine step since `before` (steps, per-step
-    seconds, snapshot seconds): its per-step path on the engine thread
-    (`ControlledScheduler.own_s`) and the snapshot writer's thread spread over the steps."""
+    seconds, snapshot seconds, decision seconds): its per-step path on the engine thread
+    (`ControlledScheduler.own_s`), and spread over the steps its decision thread's
+    (`decisions.seconds`) and the snapshot writer's thread's."""
     steps = runtime.steps - before[0]
     if not steps:
         return None
     return {"steps": steps, "per_step_path": round(1e6 * (runtime.own_s - before[1]) / steps, 2),
+            "decision_thread": round(1e6 * (runtime.decisions.seconds - before[3]) / steps, 2),
             "snapshot_thread": round(1e6 * (snapshot_seconds(runtime) - before[2]) / steps, 2)}
 
 

@@ -78,7 +78,16 @@ def drive(sched: object, batch: int, steps: int, prefix: str = "r") -> list[dict
                                                                  enumerate(ids)},
                                    sampled_token_ids=[[7] for _ in ids])
         sched.update_from_output(out, runner)  # the controller may write the next k here
+        settle(sched)
     return seen
+
+
+def settle(sched: object) -> None:
+    """Wait for the controller's decision thread to take the steps so far (it writes the lookup
+    beside the engine's next step; here each step's k is compared with what it wrote)."""
+    runtime = sched.__dict__.get("_specdec_schedule_runtime")
+    if runtime:
+        assert runtime.drain(), "the decision thread did not take its steps"
 
 
 def fault(model: str) -> dict:
@@ -132,6 +141,7 @@ def in_vllms_async_order(model: str, steps: int = 120, forward_s: float = 0.004)
         sched.update_from_output(in_flight, output(in_flight))
         in_flight = following
         cycles.append(time.perf_counter() - started)
+    settle(sched)
     return {"cycle_s": statistics.median(cycles), "step_s": statistics.median(seen[10:]),
             "measured": len(seen)}
 
@@ -185,6 +195,7 @@ def counts(model: str, steps: int = 80) -> dict:
                                                                      enumerate(ids)},
                                        sampled_token_ids=sampled)
             sched.update_from_output(out, runner)
+            settle(sched)
             outputs.append(weakref.ref(out))
             k = sched.num_spec_tokens  # the engine core hands the drafter's tokens back
             sched.update_draft_token_ids(DraftTokenIds(ids, [[9] * k for _ in ids]))

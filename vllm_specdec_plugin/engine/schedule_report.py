@@ -46,10 +46,12 @@ SNAPSHOT_MAX_BYTES = 1 << 20
 
 
 def snapshot(controller: ScheduleController, switchback: Switchback | None, own_s: float,
-             steps: int, model_name: str = "", report_s: float = 0.0) -> dict[str, Any]:
+             steps: int, model_name: str = "", report_s: float = 0.0,
+             decide_s: float = 0.0) -> dict[str, Any]:
     """The controller's state as plain data (what the file holds). Its cost: the per-step path
-    (`overhead_us_per_step`, the gauge) and the snapshot writes spread over the steps
-    (`snapshot_us_per_step`)."""
+    on the engine thread (`overhead_us_per_step`, the gauge), and spread over the steps the
+    decision thread's (`decide_us_per_step`) and the snapshot writes (`snapshot_us_per_step`),
+    both off the engine thread."""
     buckets = {}
     for key, state in sorted(controller.buckets.items()):
         gains = {}
@@ -66,6 +68,7 @@ def snapshot(controller: ScheduleController, switchback: Switchback | None, own_
     return {"model_name": model_name, "k_set": list(controller.k_set), "buckets": buckets,
             "overhead_us_per_step": 1e6 * own_s / steps if steps else None,
             "snapshot_us_per_step": 1e6 * report_s / steps if steps else None,
+            "decide_us_per_step": 1e6 * decide_s / steps if steps else None,
             "steps": steps, "step_costs": controller.costs.summary(),
             "switchback": switchback.report() if switchback is not None else None}
 

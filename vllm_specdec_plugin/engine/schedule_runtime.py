@@ -2,9 +2,13 @@
 writer and its snapshot writer (`ControlledScheduler`), made by the `schedule-controller` change
 (`engine/changes/core_sched_scheduler.py`) on a controlled scheduler's first step.
 
-The per-step path (`observe`) runs on vLLM's engine thread at every step: O(1) where vLLM makes
-its spec-decoding stats (`log_stats`, `vllm serve`'s default), a few attribute reads and
-additions; the decision once per block; the snapshot for /metrics on a thread of its own.
+The per-step path (`observe`) runs on vLLM's engine thread at every step and only measures: the
+step's clock and counts (O(1) where vLLM makes its spec-decoding stats, `log_stats`, `vllm
+serve`'s default) into one `Step` handed to the decision thread
+(`engine/schedule_decisions.DecisionThread`). The controller's bookkeeping and decisions, and
+the lookup writes they make (`_apply`), run on that thread beside the engine's next step (as
+vLLM's adaptive verification for dspark chooses its budget on the CPU while the GPU steps); the
+snapshot for /metrics on a thread of its own.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from vllm_specdec_plugin.core.step_cost import bucket_bounds
 from vllm_specdec_plugin.core.switchback import Switchback, parse_arms
 from vllm_specdec_plugin.engine import patching
 from vllm_specdec_plugin.engine.changes.core_sched_request_caps import CAPS, capped_in
+from vllm_specdec_plugin.engine.schedule_decisions import DecisionThread
 
 REPORT_EVERY_S = 5.0
 """The snapshot for /metrics is rewritten at most this often while the engine steps (and at
@@ -35,6 +40,8 @@ class ControlledScheduler:
         # cudagraph_utils: `dense_schedule[1:]`), so no other k may be written.
         self.k_set = tuple(sorted(set(self.lookup[1:])))
         self.graph_tokens = graph_ceiling(getattr(scheduler, "vllm_config", None))
+        self.decisions = DecisionThread(self._apply)
+        """The controller's bookkeeping and decisions, off the engine thread."""
         self.restart(spec.get("switchback"))
         self.report_path: str | None = spec.get("report")
         from vllm_specdec_plugin.core.redact import redact_uri
@@ -59,7 +66,7 @@ class ControlledScheduler:
         """Whether requests were left running then: the engine went straight on to its next
         cycle (post-step draft work included), so that gap is the next step's, not idle."""
         self.own_s = 0.0
-        """Seconds in the controller's per-step path (both wrappers)."""
+        """Seconds in the controller's per-step path on the engine thread (both wrappers)."""
         self.steps = 0
         self.reported_buckets = 0
 
@@ -67,6 +74,7 @@ class ControlledScheduler:
         """Switchback on `arms` (None: off), and with `fresh` a new controller with the lookup
         back to the prior: for the in-process switchback benchmark, one engine for every cell
         (a warm-up with the controller alone, then its arms, keeping what it learned)."""
+        self.drain()
         if fresh:
             self.lookup[:] = self.prior
             self.controller = ScheduleController(self.prior, self.k_set,
@@ -76,7 +84,7 @@ class ControlledScheduler:
 
     def observe(self, output: Any, runner_output: Any, result: Any, end: float,
                 running: bool) -> None:
-        """One step done: time it, count it, feed it, write what the controller answers.
+        """One step done: time it, count it, hand it to the decision thread.
 
         A step's time is one whole engine cycle: from the end of the previous step's update to
         the end of this one (its schedule, forward pass, update and the post-step draft work in
@@ -99,22 +107,34 @@ class ControlledScheduler:
             clean = not capped_in(self.scheduler_state, output.num_scheduled_tokens)
         # tuple.__new__: a Step without the Python-level __new__ a NamedTuple call runs (this is
         # the per-step path; every call counts in a cache-cold engine step).
-        step = tuple.__new__(Step, (batch, output.num_spec_tokens_to_schedule, end - start,
-                                    tokens, drafted, clean))
-        target = self.switchback or self.controller
-        change = target.observe(step)
+        self.decisions.hand(tuple.__new__(Step, (batch, output.num_spec_tokens_to_schedule,
+                                                 end - start, tokens, drafted, clean)))
+        self.steps += 1
+
+    def _apply(self, step: Step) -> None:
+        """On the decision thread: one step to the controller (or the switchback), and what it
+        answers into the lookup."""
+        change = (self.switchback or self.controller).observe(step)
         if change is not None:
             key, k = change
             low, high = bucket_bounds(key)
             high = min(high, len(self.lookup) - 1)
             if low <= high:
                 self.lookup[low:high + 1] = [k] * (high - low + 1)
-        self.steps += 1
         if self.writer is not None and len(self.controller.buckets) != self.reported_buckets:
             # A bucket seen for the first time is shown at once; otherwise the writer's thread
             # rewrites the snapshot every REPORT_EVERY_S on its own.
             self.reported_buckets = len(self.controller.buckets)
             self.writer.poke()
+
+    def close(self) -> None:
+        """Stop the decision thread: the lookup is written no more (`give_up`)."""
+        self.decisions.close()
+
+    def drain(self, timeout: float = 10.0) -> bool:
+        """Wait until the decision thread has taken every step so far (a run's end, before
+        the controller is read or restarted). False if not within `timeout`, or it failed."""
+        return self.decisions.drain(timeout)
 
     def counts(self, output: Any, runner_output: Any, result: Any,
                batch: int) -> tuple[int, int, bool]:
@@ -144,13 +164,17 @@ class ControlledScheduler:
         written every few seconds)."""
         from vllm_specdec_plugin.engine.schedule_report import snapshot
 
+        if switchback:
+            self.drain()
         return snapshot(self.controller, self.switchback if switchback else None, self.own_s,
                         self.steps, self.model_name,
-                        self.writer.seconds if self.writer is not None else 0.0)
+                        self.writer.seconds if self.writer is not None else 0.0,
+                        self.decisions.seconds)
 
     def write_report(self) -> None:
         """Write the snapshot now, on this thread (the writer's thread does it while the engine
         steps; a run that ends asks for the last state)."""
+        self.drain()
         if self.writer is not None:
             self.writer.written = -1
             self.writer.write_once()

@@ -96,6 +96,7 @@ def runtime_of(scheduler: Any) -> ControlledScheduler | None:
 def give_up(scheduler: Any, runtime: ControlledScheduler, exc: Exception) -> None:
     """The controller failed on a step: the lookup goes back to the fixed table, the scheduler
     runs vLLM's code from the next step on, and one WARNING says why."""
+    runtime.close()  # its decision thread writes nothing more
     runtime.lookup[:] = runtime.prior
     scheduler.__dict__[_RUNTIME] = None
     patching.log(logging.WARNING, "vllm-specdec-plugin: schedule controller stopped (%s: %s); "

