@@ -34,79 +34,23 @@ from __future__ import annotations
 
 import math
 from collections.abc import Container, Sequence
-from dataclasses import dataclass, field
-from typing import NamedTuple
 
 from vllm_specdec_plugin.core.arm_stats import CUSUM_H, ArmEstimate, BatchShape, relative_gain
 from vllm_specdec_plugin.core.schedule_params import CONTROLLER_DEFAULTS, ControllerParams
+from vllm_specdec_plugin.core.schedule_state import (
+    HISTORY_MAX,
+    Block,
+    BucketState,
+    Measure,
+    Step,
+)
 from vllm_specdec_plugin.core.step_cost import StepCostTable, bucket_bounds, captured_ks
 
-LOG_EPS, HISTORY_MAX = 1e-12, 64
+__all__ = ["BucketState", "ControllerParams", "ScheduleController", "Step"]
+
+LOG_EPS = 1e-12
 STALE_STEPS = 64  # engine steps (any bucket) after which a bucket is stale
 RISE = 1.02  # per step, the most a step-time envelope rises: a lasting slowdown in ~50 steps
-
-
-class Step(NamedTuple):
-    """One engine step, as the scheduler saw it (a tuple: one is made per step, cheaply).
-
-    `batch`: requests scheduled (the lookup's index); `k`: the k the lookup gave the step
-    (`num_spec_tokens_to_schedule`); `seconds`: from `schedule()` to the end of
-    `update_from_output()`; `tokens`: output tokens the step produced (one per request plus the
-    accepted drafts); `drafted`: draft tokens it verified; `clean`: decode only, no prefill
-    chunk in it."""
-
-    batch: int
-    k: int
-    seconds: float
-    tokens: int
-    drafted: int
-    clean: bool = True
-
-
-class _Block:
-    """The block in progress in one bucket: its k, sums over its settled steps, its arm's
-    step-time envelope, a stall seen, when it ends. Slots: it is updated on every step."""
-
-    __slots__ = ("arm", "steps", "yields", "time", "rows", "seconds", "drafted", "low",
-                 "stalled", "target", "cap")
-
-    def __init__(self, arm: int, low: float, target: float, cap: int) -> None:
-        self.arm, self.low, self.target, self.cap = arm, low, target, cap
-        self.steps = self.rows = self.drafted = self.stalled = 0
-        self.yields = self.time = self.seconds = 0.0
-
-
-Measure = tuple[float, float, float]  # a closed block: sum of yield per row, time, row-steps
-
-
-@dataclass
-class BucketState:
-    """One batch-size bucket: its incumbent k, its arms and the block running now."""
-
-    key: int
-    prior: int
-    incumbent: int
-    arms: dict[int, ArmEstimate]
-    block: _Block
-    shape: BatchShape
-    last_incumbent: Measure | None = None
-    pending: tuple[int, Measure, Measure] | None = None
-    """An exploration block waiting for its next neighbour: (k, it, the neighbour before)."""
-    step_time: float = 0.0
-    """The incumbent's mean step time in incumbent-step equivalents (0: not measured yet)."""
-    last_seen: int = 0
-    switches: int = 0
-    steps: int = 0
-    stalls: int = 0
-    """Steps left out as stalls (`ControllerParams.outlier`)."""
-    slowest_low: float = 0.0
-    """The highest arm envelope: one stall threshold for every arm (see `outlier`)."""
-    explore_steps: int = 0
-    turn: list[int] = field(default_factory=list)
-    decision: tuple[int, int] | None = None
-    """(old, new) incumbent of the bucket's last switch of its own; None: none yet."""
-    history: list[tuple[int, int]] = field(default_factory=list)
-    """(the bucket's measured steps then, the new incumbent) per switch, `HISTORY_MAX` first."""
 
 
 class ScheduleController:
@@ -146,16 +90,16 @@ class ScheduleController:
             arms = {v: ArmEstimate(gap=every, wait=every) for v in ks}
             k = self._carried(key, prior, arms)
             found = self.buckets[key] = BucketState(
-                key, prior, k, arms, _Block(k, math.inf, 0.0, 0), BatchShape(low),
+                key, prior, k, arms, Block(k, math.inf, 0.0, 0), BatchShape(low),
                 turn=[v for v in ks if v != k])
             found.block = self._new_block(found, k)
         return found
 
-    def _new_block(self, state: BucketState, arm: int) -> _Block:
+    def _new_block(self, state: BucketState, arm: int) -> Block:
         steps = self.params.block_steps
         if state.step_time <= 0.0:  # the incumbent's step time is not known yet: by steps
-            return _Block(arm, state.arms[arm].low, math.inf, steps)
-        return _Block(arm, state.arms[arm].low, steps * state.step_time, 4 * steps)
+            return Block(arm, state.arms[arm].low, math.inf, steps)
+        return Block(arm, state.arms[arm].low, steps * state.step_time, 4 * steps)
 
     def k_for(self, key: int) -> int:
         """The k the lookup should hold for bucket `key` now."""
