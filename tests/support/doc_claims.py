@@ -157,6 +157,13 @@ def run_pairs_met(name: str) -> tuple[str, str]:
     return str(met), str(len(cells))
 
 
+def run_pairs_aa(name: str) -> str:
+    """The run's A/A cell (one arm against itself) as the docs quote it."""
+    cell = next(c for c in result(name)["cells"] if c["arms"][-1] != "controller")
+    e = next(iter(cell["against_last"].values()))
+    return f"{e['ratio']:.3f} [{e['low']:.3f}, {e['high']:.3f}]"
+
+
 CLAIMS = [
     Claim("docs/schedule-controller.md", r"\*\*Met in (\d+) of (\d+) cells\*\* by the interval",
           lambda: run_pairs_met("controller-runs")),
@@ -203,6 +210,13 @@ CLAIMS = [
     Claim("README.md", r"([\d.]+)-([\d.]+) µs with the decisions on the engine thread too",
           lambda: (min(cost_row("schedule-cost-inline"), key=float),
                    max(cost_row("schedule-cost-inline"), key=float))),
+    Claim(CONTROLLER_PAGE, r"meets the target by its interval's low end in (\d) of (\d) "
+          r"\(open_ended, multi_turn\)", lambda: run_pairs_met("controller-runs-steady")),
+    Claim(CONTROLLER_PAGE, r"and meets the target in (\d) of (\d) \(mt_bench\)",
+          lambda: run_pairs_met("controller-runs-steady-c4")),
+    Claim(CONTROLLER_PAGE, r"The A/A \(k0 against k0, open_ended\): (\S+ \[\S+ \S+\]) at c=1, "
+          r"(\S+ \[\S+ \S+\]) at c=4", lambda: (run_pairs_aa("controller-runs-steady"),
+                                               run_pairs_aa("controller-runs-steady-c4"))),
     Claim("README.md", r"the default against no speculation reads ([\d.]+) / ([\d.]+) / ([\d.]+) at"
           r"\s+c=1 / 16 / 32",
           lambda: tuple(f"{c['ratio_median']:.3f}" for c in sorted(
