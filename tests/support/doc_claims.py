@@ -5,6 +5,7 @@ them, with the tables)."""
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -94,6 +95,19 @@ def cost_row(name: str) -> tuple[str, ...]:
     return out
 
 
+TRIPLE = r"([\d.]+) / ([\d.]+) / ([\d.]+)"
+
+
+def cost_claim(lead: str, name: str, bold: bool = False, thread: bool = True) -> Claim:
+    """A row of docs/schedule-controller.md's cost table: `lead` (a regex), the row's result
+    file, the engine thread's three figures (bold in the kept design's row), then the decision
+    thread's three or "none"."""
+    engine = rf"\*\*{TRIPLE}\*\*" if bold else TRIPLE
+    pattern = (rf"{lead} \(\[`{re.escape(name)}\.json`\]\S+\) \| {engine} \| "
+               rf"{TRIPLE if thread else 'none'} \|")
+    return Claim(CONTROLLER_PAGE, pattern, lambda: cost_row(name))
+
+
 def loop_cost(name: str, way: str = "stats") -> tuple[str, ...]:
     return tuple(f"{c[f'{way}_median_us']:.2f}" for c in sorted(
         result(name)["cells"], key=lambda c: c["batch"]))
@@ -181,17 +195,10 @@ CLAIMS = [
           r"(\S+) here \((\w+, \w+): ([\d,]+) against ([\d,]+)\)", whatif_log_only_shortfall),
     Claim("docs/whatif.md", r"The replay runs at ([\d.]+) M tokens/s for ngram and ([\d.]+) M",
           whatif_speeds),
-    Claim(CONTROLLER_PAGE, r"counts from vLLM's stats \(\[`schedule-cost\.json`\]\S+\) \| "
-          r"\*\*([\d.]+) / ([\d.]+) / ([\d.]+)\*\* \| ([\d.]+) / ([\d.]+) / ([\d.]+) \|",
-          lambda: cost_row("schedule-cost")),
-    Claim(CONTROLLER_PAGE, r"counts by the walk \(\[`schedule-cost-no-log-stats\.json`\]\S+\) "
-          r"\| ([\d.]+) / ([\d.]+) / ([\d.]+) \| ([\d.]+) / ([\d.]+) / ([\d.]+) \|",
-          lambda: cost_row("schedule-cost-no-log-stats")),
-    Claim(CONTROLLER_PAGE, r"4d61faf \(\[`schedule-cost-inline\.json`\]\S+\) \| "
-          r"([\d.]+) / ([\d.]+) / ([\d.]+) \| none \|", lambda: cost_row("schedule-cost-inline")),
-    Claim(CONTROLLER_PAGE, r"`queue\.SimpleQueue` \(\[`schedule-cost-queue\.json`\]\S+\) \| "
-          r"([\d.]+) / ([\d.]+) / ([\d.]+) \| ([\d.]+) / ([\d.]+) / ([\d.]+) \|",
-          lambda: cost_row("schedule-cost-queue")),
+    cost_claim(r"counts from vLLM's stats", "schedule-cost", bold=True),
+    cost_claim(r"counts by the walk", "schedule-cost-no-log-stats"),
+    cost_claim(r"4d61faf", "schedule-cost-inline", thread=False),
+    cost_claim(r"`queue\.SimpleQueue`", "schedule-cost-queue"),
     Claim(CONTROLLER_PAGE, r"walk on the engine thread from an earlier run "
           r"\(([\d.]+) / ([\d.]+) / ([\d.]+);",
           lambda: cost_row("schedule-cost-inline-no-log-stats")),
