@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from vllm_specdec_plugin.core.schedule_control import Step
+from vllm_specdec_plugin.core.schedule_state import Step
 
 POLL_S = 0.005
 """How often the thread looks for steps while they come: a decision is at most this late."""
