@@ -43,6 +43,9 @@ def check_contract(found: dict) -> None:
     assert timing["measured"] > 50, timing
     assert 0.75 < timing["step_s"] / timing["cycle_s"] < 1.3, timing
     assert found["pipeline_parallel"] == {"controller": False}
+    # No measured step spans an idle gap, whether the last requests finished or were aborted.
+    for case, gaps in found["idle_gaps"].items():
+        assert gaps["measured"] >= 15 and gaps["longest_s"] < 0.2, (case, gaps)
     # The per-step counts from vLLM's own spec-decoding stats (O(1)) and from the walk are, step
     # by step, what each step held: batch, k, tokens, drafts, clean (no prefill chunk).
     counted = found["counts"]

@@ -52,11 +52,11 @@ def scheduler(config: object, cls: type, blocks: int = 512, log_stats: bool = Fa
                log_stats=log_stats)
 
 
-def request(index: int, prefix: str = "r") -> object:
+def request(index: int, prefix: str = "r", max_tokens: int = 400) -> object:
     from vllm import SamplingParams
     from vllm.v1.request import Request
 
-    params = SamplingParams(max_tokens=400, temperature=0.0, ignore_eos=True)
+    params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
     return Request(request_id=f"{prefix}{index}", prompt_token_ids=[1 + index, 2, 3, 4] * 4,
                    sampling_params=params, pooling_params=None)
 
@@ -208,6 +208,49 @@ def counts(model: str, steps: int = 80) -> dict:
             "outputs_alive": sum(ref() is not None for ref in outputs)}
 
 
+def idle_gaps(model: str, gap_s: float = 0.25, forward_s: float = 0.002) -> dict:
+    """An engine left idle between requests, its last ones finished or aborted by their clients
+    (vLLM drops them from `running` between two steps): no step the controller measures may
+    span the gap. Per scheduler class and way of emptying, the longest step it saw."""
+    import time
+
+    from vllm.v1.outputs import ModelRunnerOutput
+    from vllm.v1.request import RequestStatus
+
+    found: dict = {}
+    for async_scheduling in (False, True):
+        config, cls = build(model, async_scheduling)
+        for ending in ("finished", "aborted"):
+            sched = scheduler(config, cls)
+            seen: list[float] = []
+            for round_ in range(3):
+                ids = [f"{ending}{round_}-{i}" for i in range(2)]
+                for i in range(2):
+                    sched.add_request(request(i, f"{ending}{round_}-",
+                                              max_tokens=6 if ending == "finished" else 400))
+                for step in range(8):
+                    out = sched.schedule()
+                    if round_ == 0 and step == 0:
+                        runtime = sched.__dict__["_specdec_schedule_runtime"]
+                        observe = runtime.controller.observe
+                        runtime.controller.observe = (
+                            lambda s, observe=observe, seen=seen: (seen.append(s.seconds),
+                                                                   observe(s))[1])
+                    time.sleep(forward_s)
+                    scheduled = list(out.num_scheduled_tokens)
+                    sched.update_from_output(out, ModelRunnerOutput(
+                        req_ids=scheduled, req_id_to_index={r: i for i, r in
+                                                            enumerate(scheduled)},
+                        sampled_token_ids=[[7] for _ in scheduled]))
+                if ending == "aborted":
+                    sched.finish_requests(ids, RequestStatus.FINISHED_ABORTED)
+                settle(sched)
+                time.sleep(gap_s)
+            found[f"{'async' if async_scheduling else 'sync'}_{ending}"] = {
+                "measured": len(seen), "longest_s": max(seen), "running": len(sched.running)}
+    return found
+
+
 def pipeline_parallel(model: str) -> dict:
     """With pipeline parallelism several batches are in flight: the controller stays off."""
     config, cls = build(model, False)
@@ -247,6 +290,7 @@ def main(model: str) -> dict:
     result["fault"] = fault(model)
     result["async_order"] = in_vllms_async_order(model)
     result["pipeline_parallel"] = pipeline_parallel(model)
+    result["idle_gaps"] = idle_gaps(model)
     result["counts"] = counts(model)
     try:
         from vllm.v1.worker.gpu import cudagraph_utils, model_runner

@@ -195,8 +195,10 @@ CLAIMS = [
           r"(\S+) here \((\w+, \w+): ([\d,]+) against ([\d,]+)\)", whatif_log_only_shortfall),
     Claim("docs/whatif.md", r"The replay runs at ([\d.]+) M tokens/s for ngram and ([\d.]+) M",
           whatif_speeds),
-    cost_claim(r"counts from vLLM's stats", "schedule-cost", bold=True),
+    cost_claim(r"a plain tuple into the thread's deque", "schedule-cost", bold=True),
     cost_claim(r"counts by the walk", "schedule-cost-no-log-stats"),
+    cost_claim(r"counts in a helper, 5176e03", "schedule-cost-5176e03"),
+    cost_claim(r"counts by the walk", "schedule-cost-no-log-stats-5176e03"),
     cost_claim(r"4d61faf", "schedule-cost-inline", thread=False),
     cost_claim(r"`queue\.SimpleQueue`", "schedule-cost-queue"),
     Claim(CONTROLLER_PAGE, r"walk on the engine thread from an earlier run "
@@ -206,12 +208,21 @@ CLAIMS = [
           r"step at batch 1, 32 and 256 from the stats \(([\d.]+), ([\d.]+) and ([\d.]+) "
           r"with the walk\)",
           lambda: loop_cost("controller-cost") + loop_cost("controller-cost", "walk")),
-    Claim(CONTROLLER_PAGE, r"with everything on the engine thread it was ([\d.]+), "
+    Claim(CONTROLLER_PAGE, r"at 5176e03 it was ([\d.]+), ([\d.]+) and ([\d.]+)",
+          lambda: loop_cost("controller-cost-5176e03")),
+    Claim(CONTROLLER_PAGE, r"met in an engine\*\* with vLLM's spec-decoding stats \(`vllm "
+          r"serve`'s default\): ([\d.]+) µs; without them .* makes it ([\d.]+) µs there",
+          lambda: (cost_row("schedule-cost")[2], cost_row("schedule-cost-no-log-stats")[2])),
+    Claim(CONTROLLER_PAGE, r"The decision thread's ([\d.]+)-([\d.]+) µs a step",
+          lambda: (min(cost_row("schedule-cost")[3:], key=float),
+                   max(cost_row("schedule-cost")[3:], key=float))),
+    Claim(CONTROLLER_PAGE, r"with everything on the engine thread ([\d.]+), "
           r"([\d.]+) and ([\d.]+)", lambda: loop_cost("controller-cost-inline")),
     Claim("README.md", r"engine thread, ([\d.]+)-([\d.]+) µs at batch 1-256 \(counting from "
           r"vLLM's spec-decoding stats; its decisions on a thread of their own, "
           r"([\d.]+)-([\d.]+) µs there",
-          lambda: (cost_row("schedule-cost")[0], cost_row("schedule-cost")[2],
+          lambda: (min(cost_row("schedule-cost")[:3], key=float),
+                   max(cost_row("schedule-cost")[:3], key=float),
                    min(cost_row("schedule-cost")[3:], key=float),
                    max(cost_row("schedule-cost")[3:], key=float))),
     Claim("README.md", r"([\d.]+)-([\d.]+) µs with the decisions on the engine thread too",

@@ -19,7 +19,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from vllm_specdec_plugin.core.schedule_state import Step
+Measured = tuple[int, int, float, int, int, bool]
+"""One step as the engine thread measured it: a `core/schedule_state.Step`'s fields."""
 
 POLL_S = 0.005
 """How often the thread looks for steps while they come: a decision is at most this late."""
@@ -29,15 +30,16 @@ IDLE_AFTER = 200
 
 
 class DecisionThread:
-    """Steps from the engine thread to `apply` on a daemon thread of its own, in order."""
+    """Steps from the engine thread to `apply` on a daemon thread of its own, in order.
 
-    def __init__(self, apply: Callable[[Step], None]) -> None:
+    The engine thread writes nothing here but the deque (`hand`); the thread's own counts live
+    on it alone, so the two threads share as few cache lines as they can."""
+
+    def __init__(self, apply: Callable[[Measured], None]) -> None:
         self.apply = apply
-        self.pending: collections.deque[Step] = collections.deque()
-        self.handed = 0
-        """Steps handed over (the engine thread's count)."""
-        self.taken = 0
-        """Steps applied (the thread's count)."""
+        self.pending: collections.deque[Measured] = collections.deque()
+        self.applying = False
+        """Set by the thread while it takes steps (with `pending`: whether `drain` must wait)."""
         self.seconds = 0.0
         """Seconds spent applying steps (the thread's, not the engine's)."""
         self.failed: Exception | None = None
@@ -48,18 +50,23 @@ class DecisionThread:
         self._wake = threading.Event()
         """Set by `drain()` and `close()` (never by the engine thread): look now."""
 
-    def hand(self, step: Step) -> None:
-        """From the engine thread: one step (starts the thread on the first)."""
-        if self.failed is not None:
-            raise self.failed
-        if self._closing:
-            return
+    def hand(self, step: Measured) -> None:
+        """From the engine thread: one step. The first starts the thread and makes `hand` the
+        deque's own `append` (the per-step path: one call, no check); a failure on the thread
+        makes it raise that failure, `close` makes it drop the step."""
         self.pending.append(step)
-        self.handed += 1
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="vllm-specdec-schedule",
-                                            daemon=True)
-            self._thread.start()
+        self.hand = self.pending.append  # type: ignore[method-assign,assignment]
+        # (before the start: a failure on the thread's first step replaces it with `_raise`)
+        self._thread = threading.Thread(target=self._run, name="vllm-specdec-schedule",
+                                        daemon=True)
+        self._thread.start()
+
+    def _raise(self, step: Measured) -> None:
+        assert self.failed is not None
+        raise self.failed
+
+    def _drop(self, step: Measured) -> None:
+        pass
 
     def _run(self) -> None:
         pending, clock, idle = self.pending, time.perf_counter, 0
@@ -71,14 +78,16 @@ class DecisionThread:
                 continue
             idle = 0
             started = clock()
+            self.applying = True  # before the first pop: `drain` never sees neither
             try:
                 while pending and not self._closing:
                     self.apply(pending.popleft())
-                    self.taken += 1
             except Exception as exc:  # never silently: the engine thread raises it
                 self.failed = exc
+                self.hand = self._raise  # type: ignore[method-assign]
                 return
             finally:
+                self.applying = False
                 self.seconds += clock() - started
 
     def drain(self, timeout: float = 10.0) -> bool:
@@ -86,17 +95,19 @@ class DecisionThread:
         controller is read or restarted; the contract, before it compares a step's k with the
         lookup). False if that did not happen within `timeout`, or the thread has failed."""
         deadline = time.monotonic() + timeout
-        while self.taken < self.handed and self.failed is None and self._thread is not None:
+        while (self.pending or self.applying) and self.failed is None \
+                and self._thread is not None:
             if time.monotonic() > deadline:
                 return False
             self._wake.set()
             time.sleep(0.0001)
-        return self.failed is None and self.taken >= self.handed
+        return self.failed is None and not self.pending and not self.applying
 
     def close(self, timeout: float = 10.0) -> None:
         """Stop the thread; it applies nothing after this returns (`give_up` then puts the
         fixed table back)."""
         self._closing = True
+        self.hand = self._drop  # type: ignore[method-assign]
         self._wake.set()
         thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():

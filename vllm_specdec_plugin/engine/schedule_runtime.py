@@ -55,16 +55,13 @@ class ControlledScheduler:
         self.writer = (SnapshotWriter(self.report_path, self.snapshot, lambda: self.steps,
                                       REPORT_EVERY_S, patching.log)
                        if self.report_path else None)
-        self.started: dict[int, float] = {}
-        """`id()` of each scheduler output still in flight -> when its `schedule()` began. By
-        id, not by the object: holding vLLM's output would make this path free it (a batch's
-        dicts and lists, O(batch)) when it drops out; a dead output's id may come back, for a
-        newer output, whose start then overwrites it."""
+        self.idle_start = 0.0
+        """When a `schedule()` that found nothing running began (0: none pending): the next
+        step's clock starts there, not where the previous update ended. Only then is the clock
+        read in `schedule()`, and no output of vLLM's is kept (its lists would then be freed on
+        this path)."""
         self.last_end = 0.0
         """When the previous step's `update_from_output()` ended (0: none yet)."""
-        self.busy = False
-        """Whether requests were left running then: the engine went straight on to its next
-        cycle (post-step draft work included), so that gap is the next step's, not idle."""
         self.own_s = 0.0
         """Seconds in the controller's per-step path on the engine thread (both wrappers)."""
         self.steps = 0
@@ -82,39 +79,58 @@ class ControlledScheduler:
         self.switchback = (Switchback(self.controller, parse_arms(arms, self.k_set))
                            if arms else None)
 
-    def observe(self, output: Any, runner_output: Any, result: Any, end: float,
-                running: bool) -> None:
+    def observe(self, output: Any, runner_output: Any, result: Any, end: float) -> None:
         """One step done: time it, count it, hand it to the decision thread.
 
         A step's time is one whole engine cycle: from the end of the previous step's update to
         the end of this one (its schedule, forward pass, update and the post-step draft work in
         between), so the synchronous engine and the asynchronous one (where `schedule(n+1)` runs
         before `update(n)`, vLLM's `step_with_batch_queue`) measure the same thing; after an idle
-        gap (nothing was running) it starts at this step's `schedule()`. O(1) where vLLM made
-        this step's spec-decoding stats (`result`: what `update_from_output` returned)."""
-        start = self.started.pop(id(output), None)
+        gap (nothing was running when it was scheduled) it starts at its `schedule()`.
+
+        Its counts: with vLLM's spec-decoding stats (`log_stats`; `result` is what
+        `update_from_output` returned) three attribute reads, a clean step's rows each sampled
+        one token plus their accepted drafts; without them (`--disable-log-stats`, the offline
+        `LLM()` default) `walk`. Written out in this one function, not in helpers, and handed
+        over as a plain tuple (the thread makes the `Step`): in a cache-cold engine step every
+        call, object and attribute read costs (docs/schedule-controller.md, "Its own cost")."""
         batch = len(output.num_scheduled_tokens)
-        previous, busy = self.last_end, self.busy
-        self.last_end, self.busy = end, running
-        if start is None or not batch:
+        if not batch:
             return
-        if busy and previous > 0.0:
-            start = previous
-        tokens, drafted, clean = self.counts(output, runner_output, result, batch)
+        start = self.idle_start
+        if start:
+            self.idle_start = 0.0
+        else:
+            start = self.last_end
+        self.last_end = end
+        if not start:
+            return
+        stats = None
+        if self.log_stats and result:
+            for outputs in result.values():
+                stats = outputs.scheduler_stats
+                break
+        if stats is not None:
+            spec = stats.spec_decoding_stats
+            if spec is None:
+                tokens, drafted = batch, 0
+            else:
+                tokens, drafted = batch + spec.num_accepted_tokens, spec.num_draft_tokens
+            clean = output.total_num_scheduled_tokens == batch + drafted
+        else:
+            tokens, drafted, clean = walk(output, runner_output, batch)
         if clean and self.scheduler_state.get(CAPS):
             # A row a client capped drafts fewer tokens than the step's k for its own reason:
             # such a step is no evidence about k (docs/operations.md, per-request speculation).
             clean = not capped_in(self.scheduler_state, output.num_scheduled_tokens)
-        # tuple.__new__: a Step without the Python-level __new__ a NamedTuple call runs (this is
-        # the per-step path; every call counts in a cache-cold engine step).
-        self.decisions.hand(tuple.__new__(Step, (batch, output.num_spec_tokens_to_schedule,
-                                                 end - start, tokens, drafted, clean)))
+        self.decisions.hand((batch, output.num_spec_tokens_to_schedule, end - start, tokens,
+                             drafted, clean))
         self.steps += 1
 
-    def _apply(self, step: Step) -> None:
-        """On the decision thread: one step to the controller (or the switchback), and what it
-        answers into the lookup."""
-        change = (self.switchback or self.controller).observe(step)
+    def _apply(self, measured: tuple[int, int, float, int, int, bool]) -> None:
+        """On the decision thread: one step (`observe`'s tuple) to the controller (or the
+        switchback), and what it answers into the lookup."""
+        change = (self.switchback or self.controller).observe(tuple.__new__(Step, measured))
         if change is not None:
             key, k = change
             low, high = bucket_bounds(key)
@@ -136,28 +152,6 @@ class ControlledScheduler:
         the controller is read or restarted). False if not within `timeout`, or it failed."""
         return self.decisions.drain(timeout)
 
-    def counts(self, output: Any, runner_output: Any, result: Any,
-               batch: int) -> tuple[int, int, bool]:
-        """(output tokens, draft tokens verified, clean) of one step. A clean step is decode
-        only: every row scheduled one token plus its drafts (no prefill chunk) and sampled.
-
-        With vLLM's spec-decoding stats (`log_stats`) three attribute reads: a clean step's rows
-        each sampled one token plus their accepted drafts. Without them (`--disable-log-stats`,
-        the offline `LLM()` default) one pass over the drafts and one over the sampled rows."""
-        total = output.total_num_scheduled_tokens
-        if self.log_stats and result:
-            stats = getattr(next(iter(result.values())), "scheduler_stats", None)
-            if stats is not None:
-                spec = stats.spec_decoding_stats
-                drafted = spec.num_draft_tokens if spec is not None else 0
-                accepted = spec.num_accepted_tokens if spec is not None else 0
-                return batch + accepted, drafted, total == batch + drafted
-        spec_tokens = output.scheduled_spec_decode_tokens
-        drafted = sum(map(len, spec_tokens.values())) if spec_tokens else 0
-        sampled = runner_output.sampled_token_ids
-        tokens = sum(map(len, sampled)) if sampled.__class__ is list else 0
-        return tokens, drafted, total == batch + drafted and tokens >= batch
-
     def snapshot(self, switchback: bool = False) -> dict[str, Any]:
         """The state for /metrics; with `switchback`, the switchback's report too (its
         bootstrap intervals cost tens of milliseconds: asked for at the end of a run, not
@@ -178,6 +172,17 @@ class ControlledScheduler:
         if self.writer is not None:
             self.writer.written = -1
             self.writer.write_once()
+
+
+def walk(output: Any, runner_output: Any, batch: int) -> tuple[int, int, bool]:
+    """(output tokens, draft tokens verified, clean) of one step without vLLM's spec-decoding
+    stats: one pass over the drafts and one over the sampled rows. A clean step is decode only:
+    every row scheduled one token plus its drafts (no prefill chunk) and sampled."""
+    spec_tokens = output.scheduled_spec_decode_tokens
+    drafted = sum(map(len, spec_tokens.values())) if spec_tokens else 0
+    sampled = runner_output.sampled_token_ids
+    tokens = sum(map(len, sampled)) if sampled.__class__ is list else 0
+    return tokens, drafted, output.total_num_scheduled_tokens == batch + drafted and tokens >= batch
 
 
 def graph_ceiling(vllm_config: Any) -> int | None:

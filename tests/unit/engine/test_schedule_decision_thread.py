@@ -34,7 +34,7 @@ class Engine:
     so the controller should leave k=5 for k=0."""
 
     def __init__(self, runtime: ControlledScheduler) -> None:
-        self.runtime, self.clock = runtime, 0.0
+        self.runtime, self.clock = runtime, 1.0  # perf_counter never reads 0
 
     def step(self, device_s: float = 0.0) -> None:
         k = self.runtime.lookup[1]
@@ -42,10 +42,11 @@ class Engine:
                                  total_num_scheduled_tokens=1 + k,
                                  scheduled_spec_decode_tokens={"a": [9] * k} if k else {},
                                  num_spec_tokens_to_schedule=k)
-        self.runtime.started[id(output)] = self.clock
+        if not self.runtime.last_end:  # as schedule() does with nothing running yet
+            self.runtime.idle_start = self.clock
         self.clock += 0.010 * (3 if k else 1)
         self.runtime.observe(output, SimpleNamespace(sampled_token_ids=[[7]]), {},
-                             self.clock, True)
+                             self.clock)
         if device_s:
             time.sleep(device_s)  # the next forward pass: the engine thread lets the GIL go
 
@@ -132,3 +133,29 @@ def test_give_up_stops_the_thread_before_the_table_goes_back():
     assert scheduler.dynamic_sd_lookup == TABLE
     threading.Event().wait(0.2)
     assert scheduler.dynamic_sd_lookup == TABLE
+
+
+def test_a_failure_on_the_first_step_reaches_the_engine_and_a_closed_thread_keeps_nothing():
+    """The thread failing on the very step that started it still reaches the engine thread's
+    next hand-over (the hand-over became the deque's `append` before the thread started, and
+    the failure replaced it); once closed, steps handed over are dropped, not queued."""
+    for _ in range(20):  # the thread's start races the engine thread's next step
+        _, runtime = controlled()
+
+        def boom(step: Step) -> None:
+            raise RuntimeError("boom")
+
+        runtime.controller.observe = boom  # type: ignore[method-assign, assignment]
+        engine = Engine(runtime)
+        engine.step()
+        assert not runtime.drain(timeout=5)
+        try:
+            engine.step()
+        except RuntimeError as exc:
+            assert str(exc) == "boom"
+        else:
+            raise AssertionError("the failure did not reach the engine thread")
+        runtime.close()
+        for _ in range(50):
+            engine.step()
+        assert not runtime.decisions.pending

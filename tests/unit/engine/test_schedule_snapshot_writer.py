@@ -98,8 +98,9 @@ def test_an_unwritable_snapshot_file_stops_the_writing_not_the_controller(tmp_pa
                              scheduled_spec_decode_tokens={}, num_spec_tokens_to_schedule=5)
     runner = SimpleNamespace(sampled_token_ids=[[7]])
     for step in range(40):
-        runtime.started[id(output)] = step * 0.01
-        runtime.observe(output, runner, {}, step * 0.01 + 0.005, True)
+        if not runtime.last_end:
+            runtime.idle_start = 1 + step * 0.01
+        runtime.observe(output, runner, {}, 1 + step * 0.01 + 0.005)
     assert wait_for(lambda: runtime.writer.stopped)
     assert runtime.steps == 40
     runtime.write_report()  # asked for after it stopped: nothing, no second warning

@@ -120,17 +120,14 @@ def _patch_scheduler(announce: bool) -> None:
         runtime = self.__dict__.get(_RUNTIME, False)
         if runtime is False:  # the scheduler's first step: is it controlled?
             runtime = runtime_of(self)
-        if runtime is None:
-            return schedule_original(self, *args, **kwargs)
-        start = time.perf_counter()
-        output = schedule_original(self, *args, **kwargs)
-        done = time.perf_counter()
-        started = runtime.started
-        started[id(output)] = start
-        if len(started) > 4:  # an output never updated (aborted step): forget the oldest
-            del started[next(iter(started))]
-        runtime.own_s += time.perf_counter() - done
-        return output
+        if runtime is not None and not self.running:
+            # Nothing running (none in flight either: a request stays in `running` until its
+            # last update): the engine was idle, or every request was aborted, so the next
+            # measured step's clock starts now (a later such schedule() moves it: an empty
+            # step in between measures nothing). Otherwise it starts where the previous
+            # update ended.
+            runtime.idle_start = time.perf_counter()
+        return schedule_original(self, *args, **kwargs)
 
     @functools.wraps(update_original)
     def update_from_output(self: Any, scheduler_output: Any, model_runner_output: Any) -> Any:
@@ -139,8 +136,7 @@ def _patch_scheduler(announce: bool) -> None:
         if runtime:
             end = time.perf_counter()
             try:
-                runtime.observe(scheduler_output, model_runner_output, result, end,
-                                bool(self.running))
+                runtime.observe(scheduler_output, model_runner_output, result, end)
             except Exception as exc:  # the controller must never take the engine down
                 give_up(self, runtime, exc)
                 return result
