@@ -25,9 +25,11 @@ are pooled by time, so a slow-stepping k is not given more of the text (a copyin
 the k it is compared with. A stalled step is left out of its block.
 
 A step is measured only when settled: decode only, at the same k as the step before (a step
-verifies the previous step's drafts); its time runs from `schedule()` to the end of
-`update_from_output()`, so idle gaps never count. A bucket not seen for `STALE_STEPS` engine steps
-drops its block in progress, back to its incumbent k. Measured: docs/schedule-controller.md.
+verifies the previous step's drafts); its time is one whole engine cycle, idle gaps left out
+(`ControlledScheduler.observe` in `engine/schedule_runtime.py`). A bucket not seen for `STALE_STEPS`
+engine steps drops its block in progress, back to its incumbent k; an exploration dropped so,
+unpaired, slows its arm's next look (`_unpaired`), so a bucket the traffic only passes through (a
+batch's tail) stops paying for pairs it never completes. Measured: docs/schedule-controller.md.
 """
 
 from __future__ import annotations
@@ -129,6 +131,7 @@ class ScheduleController:
         if self.step_index - state.last_seen > STALE_STEPS:
             # The batch was elsewhere a while (the host may have changed meanwhile): the block
             # in progress and an unpaired exploration are dropped, back to the incumbent.
+            self._unpaired(state)
             state.block = self._new_block(state, state.incumbent)
             state.pending = state.last_incumbent = None
         state.last_seen = self.step_index
@@ -206,6 +209,21 @@ class ScheduleController:
             self._switch(state, arm)
             return
         estimate.gap = estimate.wait = self._pace(estimate, verdict)
+
+    def _unpaired(self, state: BucketState) -> None:
+        """An exploration that ran but will never be paired (its bucket went stale first: a
+        bucket the traffic only passes through, such as a batch's tail) cost its steps and told
+        nothing: its arm waits twice as long for its next look (up to `explore_every_max`), so
+        a bucket whose visits are too short for a pair stops spending them on exploration; it
+        keeps its incumbent, or the k its decided neighbours carry to it."""
+        arm = state.pending[0] if state.pending is not None else state.block.arm
+        if arm == state.incumbent or (state.pending is None and not state.block.steps):
+            return
+        state.explore_steps += state.block.steps if state.pending is None else 0
+        state.unpaired += 1
+        estimate, p = state.arms[arm], self.params
+        estimate.gap = estimate.wait = min(max(estimate.gap * 2, p.explore_every),
+                                           p.explore_every_max)
 
     def _pace(self, estimate: ArmEstimate, verdict: int) -> int:
         """Incumbent blocks until the arm's next exploration. Once its CUSUM is half way up

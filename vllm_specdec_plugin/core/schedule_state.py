@@ -15,10 +15,11 @@ class Step(NamedTuple):
     """One engine step, as the scheduler saw it (a tuple: one is made per step, cheaply).
 
     `batch`: requests scheduled (the lookup's index); `k`: the k the lookup gave the step
-    (`num_spec_tokens_to_schedule`); `seconds`: from `schedule()` to the end of
-    `update_from_output()`; `tokens`: output tokens the step produced (one per request plus the
-    accepted drafts); `drafted`: draft tokens it verified; `clean`: decode only, no prefill
-    chunk in it."""
+    (`num_spec_tokens_to_schedule`); `seconds`: one whole engine cycle, from the end
+    of the previous `update_from_output()` to the end of this one (from this step's
+    `schedule()` after an idle gap); `tokens`: output tokens the step produced (one per
+    request plus the accepted drafts); `drafted`: draft tokens it verified; `clean`: decode
+    only, no prefill chunk in it."""
 
     batch: int
     k: int
@@ -67,6 +68,8 @@ class BucketState:
     slowest_low: float = 0.0
     """The highest arm envelope: one stall threshold for every arm (see `outlier`)."""
     explore_steps: int = 0
+    unpaired: int = 0
+    """Explorations dropped unpaired when the bucket went stale (`_unpaired`)."""
     turn: list[int] = field(default_factory=list)
     decision: tuple[int, int] | None = None
     """(old, new) incumbent of the bucket's last switch of its own; None: none yet."""
