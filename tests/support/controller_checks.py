@@ -51,6 +51,9 @@ def check_contract(found: dict) -> None:
     counted = found["counts"]
     assert counted["uses_stats"] == {"stats": True, "walk": False}
     assert counted["outputs_alive"] == 0
+    # Requests ended with drafts accepted past their length limit: the controller counts the
+    # tokens vLLM emitted (checked step by step below), not the stats' accepted drafts.
+    assert counted["overrun"]["stats"] >= 2 and counted["overrun"]["walk"] >= 2, counted
     for way in ("stats", "walk"):
         steps = [s for s in counted["truth"][way] if s[0]]  # the controller sees no empty step
         assert counted["seen"][way] == steps, (way, counted)

@@ -151,8 +151,11 @@ def counts(model: str, steps: int = 80) -> dict:
     `log_stats`, `vllm serve`'s default: O(1)) against its walk over the step's drafts and
     sampled rows (without them), on the same steps: drafts handed back as the engine core does
     (`update_draft_token_ids` after each update), a random number of them accepted per row,
-    requests arriving mid-way (steps with a prefill chunk). Reports, per way, the steps the
-    controller saw and what the driver knows each step held."""
+    requests arriving mid-way (steps with a prefill chunk) and ending at a length limit that
+    drafts accepted in their last step overrun (vLLM emits only the tokens up to the limit; its
+    stats count the accepted drafts past it). Reports, per way, the steps the controller saw,
+    what the driver knows each step held (the tokens: those vLLM emitted), and the steps in
+    which a request ended with drafts past its limit."""
     import gc
     import random
     import weakref
@@ -164,16 +167,17 @@ def counts(model: str, steps: int = 80) -> dict:
     seen: dict[str, list] = {}
     truth: dict[str, list] = {}
     uses_stats: dict[str, bool] = {}
+    overrun: dict[str, int] = {}
     for log_stats in (True, False):
         sched = scheduler(config, cls, log_stats=log_stats)
         rng = random.Random(0)
         name = "stats" if log_stats else "walk"
-        seen[name], truth[name] = [], []
+        seen[name], truth[name], overrun[name] = [], [], 0
         for i in range(3):
             sched.add_request(request(i, "c"))
         for step in range(steps):
-            if step in (20, 45):
-                sched.add_request(request(10 + step, "c"))
+            if step in (20, 45, 60):
+                sched.add_request(request(10 + step, "c", max_tokens=9))
             out = sched.schedule()
             if step == 0:
                 runtime = sched.__dict__["_specdec_schedule_runtime"]
@@ -188,23 +192,26 @@ def counts(model: str, steps: int = 80) -> dict:
                 drafts = out.scheduled_spec_decode_tokens.get(r, [])
                 sampled.append([7] + [8] * rng.randint(0, len(drafts)))
             drafted = sum(map(len, out.scheduled_spec_decode_tokens.values()))
-            truth[name].append([len(ids), out.num_spec_tokens_to_schedule,
-                                sum(map(len, sampled)), drafted,
-                                out.total_num_scheduled_tokens == len(ids) + drafted])
+            sent = sum(map(len, sampled))
             runner = ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in
                                                                      enumerate(ids)},
                                        sampled_token_ids=sampled)
-            sched.update_from_output(out, runner)
+            result = sched.update_from_output(out, runner)
+            emitted = sum(len(o.new_token_ids) for outs in result.values()
+                          for o in outs.outputs)
+            overrun[name] += emitted < sent
+            truth[name].append([len(ids), out.num_spec_tokens_to_schedule, emitted, drafted,
+                                out.total_num_scheduled_tokens == len(ids) + drafted])
             settle(sched)
             outputs.append(weakref.ref(out))
             k = sched.num_spec_tokens  # the engine core hands the drafter's tokens back
             sched.update_draft_token_ids(DraftTokenIds(ids, [[9] * k for _ in ids]))
-    del out, runner
+    del out, runner, result
     gc.collect()
     # The k column follows each run's own (timed) decisions, so each is checked against its own.
     # The controller keeps no scheduler output alive (it would free a batch's worth of vLLM's
     # objects on its own per-step path when it let go).
-    return {"seen": seen, "truth": truth, "uses_stats": uses_stats,
+    return {"seen": seen, "truth": truth, "uses_stats": uses_stats, "overrun": overrun,
             "outputs_alive": sum(ref() is not None for ref in outputs)}
 
 

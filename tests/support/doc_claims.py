@@ -171,6 +171,13 @@ def run_pairs_met(name: str) -> tuple[str, str]:
     return str(met), str(len(cells))
 
 
+def best_k_range(name: str) -> tuple[str, str]:
+    """The lowest and highest best-fixed-k ratio over the run's controller cells."""
+    best = [min(e["ratio"] for e in c["against_last"].values())
+            for c in result(name)["cells"] if c["arms"][-1] == "controller"]
+    return f"{min(best):.3f}", f"{max(best):.3f}"
+
+
 def run_pairs_aa(name: str) -> str:
     """The run's A/A cell (one arm against itself) as the docs quote it."""
     cell = next(c for c in result(name)["cells"] if c["arms"][-1] != "controller")
@@ -232,6 +239,13 @@ CLAIMS = [
           r"\(open_ended, multi_turn\)", lambda: run_pairs_met("controller-runs-steady")),
     Claim(CONTROLLER_PAGE, r"and meets the target in (\d) of (\d) \(mt_bench\)",
           lambda: run_pairs_met("controller-runs-steady-c4")),
+    Claim(CONTROLLER_PAGE, r"the target by the interval's low end is met in (\d) of (\d) here",
+          lambda: run_pairs_met("controller-runs-steady-c4-tails")),
+    Claim(CONTROLLER_PAGE, r"The A/A \(k0 against k0, open_ended, c=4\): (\S+ \[\S+ \S+\])\.",
+          lambda: (run_pairs_aa("controller-runs-steady-c4-tails"),)),
+    Claim("README.md", r"reads ([\d.]+)-([\d.]+) and meets it in (\d) of (\d), each cell",
+          lambda: (*best_k_range("controller-runs-steady-c4-tails"),
+                   *run_pairs_met("controller-runs-steady-c4-tails"))),
     Claim(CONTROLLER_PAGE, r"The A/A \(k0 against k0, open_ended\): (\S+ \[\S+ \S+\]) at c=1, "
           r"(\S+ \[\S+ \S+\]) at c=4", lambda: (run_pairs_aa("controller-runs-steady"),
                                                run_pairs_aa("controller-runs-steady-c4"))),

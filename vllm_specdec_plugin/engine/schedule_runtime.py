@@ -79,7 +79,8 @@ class ControlledScheduler:
         self.switchback = (Switchback(self.controller, parse_arms(arms, self.k_set))
                            if arms else None)
 
-    def observe(self, output: Any, runner_output: Any, result: Any, end: float) -> None:
+    def observe(self, output: Any, runner_output: Any, result: Any, end: float,
+                finished: Any = ()) -> None:
         """One step done: time it, count it, hand it to the decision thread.
 
         A step's time is one whole engine cycle: from the end of the previous step's update to
@@ -87,6 +88,8 @@ class ControlledScheduler:
         between), so the synchronous engine and the asynchronous one (where `schedule(n+1)` runs
         before `update(n)`, vLLM's `step_with_batch_queue`) measure the same thing; after an idle
         gap (nothing was running when it was scheduled) it starts at its `schedule()`.
+        `finished`: the scheduler's `finished_req_ids` after this update (non-empty: a request
+        ended in the step).
 
         Its counts: with vLLM's spec-decoding stats (`log_stats`; `result` is what
         `update_from_output` returned) three attribute reads, a clean step's rows each sampled
@@ -117,6 +120,12 @@ class ControlledScheduler:
             else:
                 tokens, drafted = batch + spec.num_accepted_tokens, spec.num_draft_tokens
             clean = output.total_num_scheduled_tokens == batch + drafted
+            if finished and clean and runner_output.sampled_token_ids.__class__ is list:
+                # A request ended in this step: the stats count the drafts it accepted past its
+                # end (its length limit, EOS, a stop string), which vLLM drops from the output
+                # by cutting the step's sampled list in place (`_update_request_with_output`),
+                # more of them the larger the k. Count what it emitted (one pass, on such steps).
+                tokens = sum(map(len, runner_output.sampled_token_ids))
         else:
             tokens, drafted, clean = walk(output, runner_output, batch)
         if clean and self.scheduler_state.get(CAPS):

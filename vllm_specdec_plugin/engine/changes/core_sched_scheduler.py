@@ -14,7 +14,9 @@ per scheduler. The controller's state is written for `/metrics` by a thread of i
 A step's time is one whole engine cycle (`ControlledScheduler.observe`), the same in the
 synchronous engine and the asynchronous one (`AsyncScheduler` inherits both wrappers); a step
 with a prefill chunk in it is not measured (`Step.clean`), nor one with a request a client capped
-(`core_sched_request_caps.py`).
+(`core_sched_request_caps.py`). A step in which a request ended (`Scheduler.finished_req_ids`
+after the update, which `schedule()` empties) counts the tokens vLLM emitted, not the drafts its
+stats say were accepted past the request's end.
 """
 
 from __future__ import annotations
@@ -136,7 +138,8 @@ def _patch_scheduler(announce: bool) -> None:
         if runtime:
             end = time.perf_counter()
             try:
-                runtime.observe(scheduler_output, model_runner_output, result, end)
+                runtime.observe(scheduler_output, model_runner_output, result, end,
+                                self.finished_req_ids)
             except Exception as exc:  # the controller must never take the engine down
                 give_up(self, runtime, exc)
                 return result
