@@ -202,7 +202,8 @@ CLAIMS = [
           r"(\S+) here \((\w+, \w+): ([\d,]+) against ([\d,]+)\)", whatif_log_only_shortfall),
     Claim("docs/whatif.md", r"The replay runs at ([\d.]+) M tokens/s for ngram and ([\d.]+) M",
           whatif_speeds),
-    cost_claim(r"a plain tuple into the thread's deque", "schedule-cost", bold=True),
+    cost_claim(r"counted from its emitted tokens, a021514", "schedule-cost", bold=True),
+    cost_claim(r"without the emitted-token count, d94adda", "schedule-cost-d94adda"),
     cost_claim(r"counts by the walk", "schedule-cost-no-log-stats"),
     cost_claim(r"counts in a helper, 5176e03", "schedule-cost-5176e03"),
     cost_claim(r"counts by the walk", "schedule-cost-no-log-stats-5176e03"),
@@ -218,7 +219,7 @@ CLAIMS = [
     Claim(CONTROLLER_PAGE, r"at 5176e03 it was ([\d.]+), ([\d.]+) and ([\d.]+)",
           lambda: loop_cost("controller-cost-5176e03")),
     Claim(CONTROLLER_PAGE, r"met in an engine\*\* with vLLM's spec-decoding stats \(`vllm "
-          r"serve`'s default\): ([\d.]+) µs; without them .* makes it ([\d.]+) µs there",
+          r"serve`'s default\): ([\d.]+) µs, on steps where no request ends; without them .* makes it ([\d.]+) µs there",
           lambda: (cost_row("schedule-cost")[2], cost_row("schedule-cost-no-log-stats")[2])),
     Claim(CONTROLLER_PAGE, r"The decision thread's ([\d.]+)-([\d.]+) µs a step",
           lambda: (min(cost_row("schedule-cost")[3:], key=float),
@@ -239,6 +240,18 @@ CLAIMS = [
           r"\(open_ended, multi_turn\)", lambda: run_pairs_met("controller-runs-steady")),
     Claim(CONTROLLER_PAGE, r"and meets the target in (\d) of (\d) \(mt_bench\)",
           lambda: run_pairs_met("controller-runs-steady-c4")),
+    Claim(CONTROLLER_PAGE, r"\(`python -m benchmarks run_pairs --workloads sharegpt "
+          r".*? 23:05\): k0 / k5 (\S+ \[\S+ \S+\]), a tie",
+          lambda: (run_pairs_aa("sharegpt-k5-runs"),)),
+    Claim(CONTROLLER_PAGE, r"\(then renamed .*?A/A (\S+ \[\S+ \S+\])\. The controller had",
+          lambda: (run_pairs_aa("sharegpt-controller-steady-065ff22"),)),
+    Claim(CONTROLLER_PAGE, r"32-63: 37% \| A/A (\S+ \[\S+ \S+\])\.",
+          lambda: (run_pairs_aa("sharegpt-controller-steady"),)),
+    Claim("README.md", r"the controller read ([\d.]+) and ([\d.]+) at c=16 and 32; counting "
+          r"the tokens vLLM emits .* brought that to ([\d.]+) and ([\d.]+) \(",
+          lambda: tuple(f"{c['ratio']:.3f}" for name in ("sharegpt-controller-steady-065ff22",
+                                                          "sharegpt-controller-steady")
+                        for c in result(name)["cells"] if c["arms"][-1] == "controller")),
     Claim(CONTROLLER_PAGE, r"the target by the interval's low end is met in (\d) of (\d) here",
           lambda: run_pairs_met("controller-runs-steady-c4-tails")),
     Claim(CONTROLLER_PAGE, r"The A/A \(k0 against k0, open_ended, c=4\): (\S+ \[\S+ \S+\])\.",
