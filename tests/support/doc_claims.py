@@ -219,7 +219,8 @@ CLAIMS = [
     Claim(CONTROLLER_PAGE, r"at 5176e03 it was ([\d.]+), ([\d.]+) and ([\d.]+)",
           lambda: loop_cost("controller-cost-5176e03")),
     Claim(CONTROLLER_PAGE, r"met in an engine\*\* with vLLM's spec-decoding stats \(`vllm "
-          r"serve`'s default\): ([\d.]+) µs, on steps where no request ends; without them .* makes it ([\d.]+) µs there",
+          r"serve`'s default\): ([\d.]+) µs, on steps where no request ends; without them "
+          r".* makes it ([\d.]+) µs there",
           lambda: (cost_row("schedule-cost")[2], cost_row("schedule-cost-no-log-stats")[2])),
     Claim(CONTROLLER_PAGE, r"The decision thread's ([\d.]+)-([\d.]+) µs a step",
           lambda: (min(cost_row("schedule-cost")[3:], key=float),
@@ -252,6 +253,8 @@ CLAIMS = [
           lambda: tuple(f"{c['ratio']:.3f}" for name in ("sharegpt-controller-steady-065ff22",
                                                           "sharegpt-controller-steady")
                         for c in result(name)["cells"] if c["arms"][-1] == "controller")),
+    Claim("README.md", r"fixed k=5 against k=0 there: (\S+ \[\S+ \S+\])\)",
+          lambda: (run_pairs_aa("sharegpt-k5-runs"),)),
     Claim(CONTROLLER_PAGE, r"the target by the interval's low end is met in (\d) of (\d) here",
           lambda: run_pairs_met("controller-runs-steady-c4-tails")),
     Claim(CONTROLLER_PAGE, r"The A/A \(k0 against k0, open_ended, c=4\): (\S+ \[\S+ \S+\])\.",
