@@ -2,7 +2,8 @@
 predicts, and the controller against fixed k).
 
     python -m benchmarks run_pairs [--workloads a,b] [--concurrency 1,4] [--requests 56]
-        [--groups N] [--tokens 96] [--arms k0,k5] [--warmup 15] [--model PATH] [--out FILE]
+        [--groups N] [--tokens 96] [--arms k0,k5] [--warmup 15] [--max-num-seqs 32]
+        [--model PATH] [--out FILE]
 
 The switchback (`core/switchback.py`) alternates arms in blocks of steps inside one stream of
 requests, which is fine for the controller's question (is k better than k=0 here and now) but
@@ -153,11 +154,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--warmup", type=float, default=15.0,
                         help="seconds of the controller alone per cell before it is measured "
                              "(with a controller arm)")
+    parser.add_argument("--max-num-seqs", type=int, default=32,
+                        help="the engine's max_num_seqs: below --concurrency a group runs as a "
+                             "queue, a finished request's slot refilled at once (continuous "
+                             "batching), not as one closed batch whose tail runs alone")
     parser.add_argument("--model", help="a checkpoint directory (default: SmolLM2-135M)")
     parser.add_argument("--out", default=str(RESULTS_DIR / "whatif" / "runs.json"))
     args = parser.parse_args(argv)
     rng = random.Random(SEED)
-    llm = start_llm(args.model, 32, env={"KAITO_ENABLE_SPECULATIVE_DECODING": "true"},
+    llm = start_llm(args.model, args.max_num_seqs,
+                    env={"KAITO_ENABLE_SPECULATIVE_DECODING": "true"},
                     disable_log_stats=False)  # as `vllm serve` runs: the O(1) counts
     tokenizer = llm.get_tokenizer()
     timed(llm, [{"prompt_token_ids": [1, 2, 3]}], __import__("vllm").SamplingParams(
@@ -176,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = {"meta": {"kind": "run-pairs", "command": command("run_pairs",
                                                             list(argv or sys.argv[1:])),
                     "vllm": vllm_version(), "requests": args.requests, "groups": args.groups,
-                    "tokens": args.tokens,
+                    "tokens": args.tokens, "max_num_seqs": args.max_num_seqs,
                     "warmup_s": args.warmup, "seed": SEED}, "cells": cells}
     write_json(Path(args.out), out, indent=1)
     return 0

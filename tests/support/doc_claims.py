@@ -242,7 +242,7 @@ CLAIMS = [
     Claim(CONTROLLER_PAGE, r"and meets the target in (\d) of (\d) \(mt_bench\)",
           lambda: run_pairs_met("controller-runs-steady-c4")),
     Claim(CONTROLLER_PAGE, r"\(`python -m benchmarks run_pairs --workloads sharegpt "
-          r".*? 23:05\): k0 / k5 (\S+ \[\S+ \S+\]), a tie",
+          r".*? 23:05\) read k0 / k5 (\S+ \[\S+ \S+\]), too wide",
           lambda: (run_pairs_aa("sharegpt-k5-runs"),)),
     Claim(CONTROLLER_PAGE, r"\(then renamed .*?A/A (\S+ \[\S+ \S+\])\. The controller had",
           lambda: (run_pairs_aa("sharegpt-controller-steady-065ff22"),)),
@@ -253,8 +253,10 @@ CLAIMS = [
           lambda: tuple(f"{c['ratio']:.3f}" for name in ("sharegpt-controller-steady-065ff22",
                                                           "sharegpt-controller-steady")
                         for c in result(name)["cells"] if c["arms"][-1] == "controller")),
-    Claim("README.md", r"fixed k=5 against k=0 there: (\S+ \[\S+ \S+\])\)",
-          lambda: (run_pairs_aa("sharegpt-k5-runs"),)),
+    Claim(CONTROLLER_PAGE, r"as fast as fixed k=5 \(([\d.]+) and ([\d.]+): its exploring",
+          lambda: tuple(f"{c['against_last']['k5']['ratio']:.3f}"
+                        for name in ("sharegpt-controller-arms-c16", "sharegpt-controller-queue")
+                        for c in result(name)["cells"])),
     Claim(CONTROLLER_PAGE, r"the target by the interval's low end is met in (\d) of (\d) here",
           lambda: run_pairs_met("controller-runs-steady-c4-tails")),
     Claim(CONTROLLER_PAGE, r"The A/A \(k0 against k0, open_ended, c=4\): (\S+ \[\S+ \S+\])\.",
