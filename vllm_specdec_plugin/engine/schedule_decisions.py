@@ -32,8 +32,9 @@ IDLE_AFTER = 200
 class DecisionThread:
     """Steps from the engine thread to `apply` on a daemon thread of its own, in order.
 
-    The engine thread writes nothing here but the deque (`hand`); the thread's own counts live
-    on it alone, so the two threads share as few cache lines as they can."""
+    After its first step the engine thread writes nothing here but the deque (`hand`); the
+    thread's own counts live on it alone, so the two threads share as few cache lines as they
+    can."""
 
     def __init__(self, apply: Callable[[Measured], None]) -> None:
         self.apply = apply

@@ -63,7 +63,10 @@ class ControlledScheduler:
         self.last_end = 0.0
         """When the previous step's `update_from_output()` ended (0: none yet)."""
         self.own_s = 0.0
-        """Seconds in the controller's per-step path on the engine thread (both wrappers)."""
+        """Seconds in the controller's per-step path on the engine thread: the
+        `update_from_output` wrapper's (the `schedule()` wrapper's look-up and check of
+        `running`, a dict read and an attribute read, are not timed: timing them would cost
+        more)."""
         self.steps = 0
         self.reported_buckets = 0
 
