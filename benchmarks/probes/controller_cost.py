@@ -10,9 +10,9 @@ engine core drives it: `schedule()`, a model runner output (1 + a random number 
 drafts accepted per row), `update_from_output()`, the drafts handed back, then a wait until the
 controller's decision thread has taken the step (as it would while the device steps; so that
 thread never holds the GIL inside the next step's timed path). The controller times its own
-per-step path on the engine thread (`ControlledScheduler.own_s`: both wrappers, with
-`time.perf_counter`); the figure is those seconds over the steps, per batch and per way of
-counting:
+per-step path on the engine thread (`ControlledScheduler.own_s`: the `update_from_output`
+wrapper's, with `time.perf_counter`); the figure is those seconds over the steps, per batch and
+per way of counting:
 
 - `stats`: the scheduler makes vLLM's per-step stats (`log_stats`, `vllm serve`'s default) and
   the controller counts a step from its spec-decoding stats (O(1));

@@ -61,8 +61,17 @@ def request(index: int, prefix: str = "r", max_tokens: int = 400) -> object:
                    sampling_params=params, pooling_params=None)
 
 
-def drive(sched: object, batch: int, steps: int, prefix: str = "r") -> list[dict]:
+def runner_output(ids: list, sampled: list | None = None) -> object:
+    """vLLM's `ModelRunnerOutput` for a step that scheduled `ids`: each row sampled one token,
+    or `sampled` (a list per row)."""
     from vllm.v1.outputs import ModelRunnerOutput
+
+    return ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
+                             sampled_token_ids=[[7] for _ in ids] if sampled is None
+                             else sampled)
+
+
+def drive(sched: object, batch: int, steps: int, prefix: str = "r") -> list[dict]:
 
     for i in range(batch):
         sched.add_request(request(i, prefix))
@@ -74,10 +83,7 @@ def drive(sched: object, batch: int, steps: int, prefix: str = "r") -> list[dict
         seen.append({"batch": len(ids), "lookup_k": lookup[len(ids)] if ids else None,
                      "scheduled_k": out.num_spec_tokens_to_schedule,
                      "prefill": out.total_num_scheduled_tokens > len(ids)})
-        runner = ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in
-                                                                 enumerate(ids)},
-                                   sampled_token_ids=[[7] for _ in ids])
-        sched.update_from_output(out, runner)  # the controller may write the next k here
+        sched.update_from_output(out, runner_output(ids))  # the controller may write the next k
         settle(sched)
     return seen
 
@@ -116,7 +122,6 @@ def in_vllms_async_order(model: str, steps: int = 120, forward_s: float = 0.004)
     import statistics
     import time
 
-    from vllm.v1.outputs import ModelRunnerOutput
 
     config, cls = build(model, True)
     sched = scheduler(config, cls)
@@ -125,9 +130,7 @@ def in_vllms_async_order(model: str, steps: int = 120, forward_s: float = 0.004)
     seen: list[float] = []
 
     def output(out: object) -> object:
-        ids = list(out.num_scheduled_tokens)
-        return ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
-                                 sampled_token_ids=[[7] for _ in ids])
+        return runner_output(list(out.num_scheduled_tokens))
 
     in_flight = sched.schedule()
     runtime = sched.__dict__.get("_specdec_schedule_runtime")
@@ -160,7 +163,7 @@ def counts(model: str, steps: int = 80) -> dict:
     import random
     import weakref
 
-    from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
+    from vllm.v1.outputs import DraftTokenIds
 
     config, cls = build(model, False)
     outputs: list = []
@@ -193,9 +196,7 @@ def counts(model: str, steps: int = 80) -> dict:
                 sampled.append([7] + [8] * rng.randint(0, len(drafts)))
             drafted = sum(map(len, out.scheduled_spec_decode_tokens.values()))
             sent = sum(map(len, sampled))
-            runner = ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in
-                                                                     enumerate(ids)},
-                                       sampled_token_ids=sampled)
+            runner = runner_output(ids, sampled)
             result = sched.update_from_output(out, runner)
             emitted = sum(len(o.new_token_ids) for outs in result.values()
                           for o in outs.outputs)
@@ -221,7 +222,6 @@ def idle_gaps(model: str, gap_s: float = 0.25, forward_s: float = 0.002) -> dict
     span the gap. Per scheduler class and way of emptying, the longest step it saw."""
     import time
 
-    from vllm.v1.outputs import ModelRunnerOutput
     from vllm.v1.request import RequestStatus
 
     found: dict = {}
@@ -244,11 +244,7 @@ def idle_gaps(model: str, gap_s: float = 0.25, forward_s: float = 0.002) -> dict
                             lambda s, observe=observe, seen=seen: (seen.append(s.seconds),
                                                                    observe(s))[1])
                     time.sleep(forward_s)
-                    scheduled = list(out.num_scheduled_tokens)
-                    sched.update_from_output(out, ModelRunnerOutput(
-                        req_ids=scheduled, req_id_to_index={r: i for i, r in
-                                                            enumerate(scheduled)},
-                        sampled_token_ids=[[7] for _ in scheduled]))
+                    sched.update_from_output(out, runner_output(list(out.num_scheduled_tokens)))
                 if ending == "aborted":
                     sched.finish_requests(ids, RequestStatus.FINISHED_ABORTED)
                 settle(sched)

@@ -19,7 +19,7 @@ import json
 import os
 import sys
 
-from controller_contract import build, scheduler
+from controller_contract import build, runner_output, scheduler
 
 CAPS = {"none": None, "off": 0, "two": 2, "above": 9}
 BAD = {"string": "five", "negative": -1, "fraction": 2.5, "whole-float": 2.0, "list": [1],
@@ -37,7 +37,7 @@ def request(name: str, cap: object) -> object:
 
 
 def drive(sched: object, asynchronous: bool, steps: int = 12) -> dict[str, list[int]]:
-    from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
+    from vllm.v1.outputs import DraftTokenIds
 
     for name, cap in CAPS.items():
         sched.add_request(request(name, cap))
@@ -49,10 +49,7 @@ def drive(sched: object, asynchronous: bool, steps: int = 12) -> dict[str, list[
                 map(len, out.scheduled_spec_decode_tokens.values())):  # decode steps only
             for name in ids:
                 drafted[name].append(len(out.scheduled_spec_decode_tokens.get(name, ())))
-        runner = ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in
-                                                                 enumerate(ids)},
-                                   sampled_token_ids=[[7] for _ in ids])
-        sched.update_from_output(out, runner)
+        sched.update_from_output(out, runner_output(ids))
         if not asynchronous:  # the engine core hands the drafter's tokens back (post_step)
             k = sched.num_spec_tokens
             sched.update_draft_token_ids(DraftTokenIds(ids, [[9] * k for _ in ids]))

@@ -4,11 +4,11 @@ writer and its snapshot writer (`ControlledScheduler`), made by the `schedule-co
 
 The per-step path (`observe`) runs on vLLM's engine thread at every step and only measures: the
 step's clock and counts (O(1) where vLLM makes its spec-decoding stats, `log_stats`, `vllm
-serve`'s default) into one `Step` handed to the decision thread
-(`engine/schedule_decisions.DecisionThread`). The controller's bookkeeping and decisions, and
-the lookup writes they make (`_apply`), run on that thread beside the engine's next step (as
-vLLM's adaptive verification for dspark chooses its budget on the CPU while the GPU steps); the
-snapshot for /metrics on a thread of its own.
+serve`'s default) into one tuple handed to the decision thread
+(`engine/schedule_decisions.DecisionThread`), which makes the `Step`. The controller's
+bookkeeping and decisions, and the lookup writes they make (`_apply`), run on that thread
+beside the engine's next step (as vLLM's adaptive verification for dspark chooses its budget on
+the CPU while the GPU steps); the snapshot for /metrics on a thread of its own.
 """
 
 from __future__ import annotations
@@ -123,12 +123,12 @@ class ControlledScheduler:
             else:
                 tokens, drafted = batch + spec.num_accepted_tokens, spec.num_draft_tokens
             clean = output.total_num_scheduled_tokens == batch + drafted
-            if finished and clean and runner_output.sampled_token_ids.__class__ is list:
+            if finished and clean:
                 # A request ended in this step: the stats count the drafts it accepted past its
                 # end (its length limit, EOS, a stop string), which vLLM drops from the output
                 # by cutting the step's sampled list in place (`_update_request_with_output`),
                 # more of them the larger the k. Count what it emitted (one pass, on such steps).
-                tokens = sum(map(len, runner_output.sampled_token_ids))
+                tokens = emitted(runner_output, tokens)
         else:
             tokens, drafted, clean = walk(output, runner_output, batch)
         if clean and self.scheduler_state.get(CAPS):
@@ -192,9 +192,15 @@ def walk(output: Any, runner_output: Any, batch: int) -> tuple[int, int, bool]:
     every row scheduled one token plus its drafts (no prefill chunk) and sampled."""
     spec_tokens = output.scheduled_spec_decode_tokens
     drafted = sum(map(len, spec_tokens.values())) if spec_tokens else 0
-    sampled = runner_output.sampled_token_ids
-    tokens = sum(map(len, sampled)) if sampled.__class__ is list else 0
+    tokens = emitted(runner_output, 0)
     return tokens, drafted, output.total_num_scheduled_tokens == batch + drafted and tokens >= batch
+
+
+def emitted(runner_output: Any, otherwise: int) -> int:
+    """The tokens the step's rows emitted: vLLM's sampled lists, which `update_from_output` cut
+    in place at each request's end; `otherwise` where they are not a list of lists."""
+    sampled = runner_output.sampled_token_ids
+    return sum(map(len, sampled)) if sampled.__class__ is list else otherwise
 
 
 def graph_ceiling(vllm_config: Any) -> int | None:
