@@ -52,11 +52,13 @@ def scheduler(config: object, cls: type, blocks: int = 512, log_stats: bool = Fa
                log_stats=log_stats)
 
 
-def request(index: int, prefix: str = "r", max_tokens: int = 400) -> object:
+def request(index: int, prefix: str = "r", max_tokens: int = 400,
+            stop_token_ids: list[int] | None = None) -> object:
     from vllm import SamplingParams
     from vllm.v1.request import Request
 
-    params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+    params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True,
+                            stop_token_ids=stop_token_ids)
     return Request(request_id=f"{prefix}{index}", prompt_token_ids=[1 + index, 2, 3, 4] * 4,
                    sampling_params=params, pooling_params=None)
 
@@ -155,10 +157,11 @@ def counts(model: str, steps: int = 80) -> dict:
     sampled rows (without them), on the same steps: drafts handed back as the engine core does
     (`update_draft_token_ids` after each update), a random number of them accepted per row,
     requests arriving mid-way (steps with a prefill chunk) and ending at a length limit that
-    drafts accepted in their last step overrun (vLLM emits only the tokens up to the limit; its
-    stats count the accepted drafts past it). Reports, per way, the steps the controller saw,
-    what the driver knows each step held (the tokens: those vLLM emitted), and the steps in
-    which a request ended with drafts past its limit."""
+    drafts accepted in their last step overrun, or at a stop token inside them (vLLM emits only
+    the tokens up to the end; its stats count the accepted drafts past it). Reports, per way,
+    the steps the controller saw, what the driver knows each step held (the tokens: those vLLM
+    emitted), and per step in which a request ended with drafts past its end the kind of end
+    ("L": length, "S": stop token)."""
     import gc
     import random
     import weakref
@@ -170,17 +173,19 @@ def counts(model: str, steps: int = 80) -> dict:
     seen: dict[str, list] = {}
     truth: dict[str, list] = {}
     uses_stats: dict[str, bool] = {}
-    overrun: dict[str, int] = {}
+    overrun: dict[str, list[str]] = {}
     for log_stats in (True, False):
         sched = scheduler(config, cls, log_stats=log_stats)
         rng = random.Random(0)
         name = "stats" if log_stats else "walk"
-        seen[name], truth[name], overrun[name] = [], [], 0
+        seen[name], truth[name], overrun[name] = [], [], []
         for i in range(3):
             sched.add_request(request(i, "c"))
         for step in range(steps):
-            if step in (20, 45, 60):
-                sched.add_request(request(10 + step, "c", max_tokens=9))
+            if step in (20, 45, 60):  # ends at its length limit
+                sched.add_request(request(10 + step, "L", max_tokens=9))
+            if step in (30, 52):  # ends at a stop token (as at EOS): the drafts' token 8
+                sched.add_request(request(10 + step, "S", stop_token_ids=[8]))
             out = sched.schedule()
             if step == 0:
                 runtime = sched.__dict__["_specdec_schedule_runtime"]
@@ -200,7 +205,8 @@ def counts(model: str, steps: int = 80) -> dict:
             result = sched.update_from_output(out, runner)
             emitted = sum(len(o.new_token_ids) for outs in result.values()
                           for o in outs.outputs)
-            overrun[name] += emitted < sent
+            if emitted < sent:  # a request ended with accepted drafts past its end: which kind
+                overrun[name].extend(sorted({r[0] for r in sched.finished_req_ids}))
             truth[name].append([len(ids), out.num_spec_tokens_to_schedule, emitted, drafted,
                                 out.total_num_scheduled_tokens == len(ids) + drafted])
             settle(sched)
