@@ -2,7 +2,8 @@
 predicts, and the controller against fixed k).
 
     python -m benchmarks run_pairs [--workloads a,b] [--concurrency 1,4] [--requests 56]
-        [--groups N] [--tokens 96] [--arms k0,k5] [--warmup 15] [--max-num-seqs 32]
+        [--groups N] [--tokens 96] [--lengths fixed] [--arms k0,k5] [--warmup 15]
+        [--max-num-seqs 32]
         [--model PATH] [--out FILE]
 
 The switchback (`core/switchback.py`) alternates arms in blocks of steps inside one stream of
@@ -69,7 +70,7 @@ def interval(pairs: list[tuple[float, float]], rng: random.Random) -> tuple[floa
 
 def run_cell(llm: Any, tokenizer: Any, workload: str, concurrency: int, arms: list[str],
              requests: int, tokens: int, rng: random.Random,
-             warmup_s: float = 0.0) -> dict[str, Any]:
+             warmup_s: float = 0.0, lengths: str = "fixed") -> dict[str, Any]:
     from vllm import SamplingParams
 
     from benchmarks.probes.schedule_switchback import runtime_of
@@ -77,28 +78,32 @@ def run_cell(llm: Any, tokenizer: Any, workload: str, concurrency: int, arms: li
     runtime = runtime_of(llm)
     prompts = [{"prompt_token_ids": ids} for ids in workload_token_ids(tokenizer, workload,
                                                                        requests)]
-    decode = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
+    decode = [SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
+              for n in output_lengths(lengths, tokens, len(prompts))]
     first = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)
-    groups = [prompts[start:start + concurrency]
-              for start in range(0, len(prompts) - concurrency + 1, concurrency)]
+    starts = range(0, len(prompts) - concurrency + 1, concurrency)
+    groups = [(prompts[start:start + concurrency], decode[start:start + concurrency])
+              for start in starts]
     if CONTROLLER in arms:  # a fresh controller learns the cell's traffic, not measured
         runtime.restart(None, fresh=True)
         end = time.perf_counter() + warmup_s
         while time.perf_counter() < end:
-            for batch in groups:
-                timed(llm, batch, decode)
+            for batch, params in groups:
+                timed(llm, batch, params)
                 if time.perf_counter() >= end:
                     break
     distinct = list(dict.fromkeys(arms))
     runs: list[dict[str, list[float]]] = []  # per group: each arm's decode seconds
-    for batch in groups:
+    for batch, params in groups:
         group: dict[str, list[float]] = {arm: [] for arm in distinct}
+        # The prefill first: every arm then finds the batch's prompts in vLLM's prefix cache
+        # (the arm served first paid their prefill alone until 2026-12-06).
+        hold(runtime, arms[0])
+        prefill = timed(llm, batch, first)
         # every arm once in a drawn order; the A/A (one arm) twice
         for arm in rng.sample(distinct, len(distinct)) if len(distinct) > 1 else arms:
             hold(runtime, arm)
-            group[arm].append(timed(llm, batch, decode))
-        hold(runtime, arms[0])
-        prefill = timed(llm, batch, first)
+            group[arm].append(timed(llm, batch, params))
         runs.append({arm: [t - prefill for t in times] for arm, times in group.items()})
     if len(distinct) == 1:  # the A/A: a group's first run against its second
         per_arm = {arms[0]: [(group[arms[0]][0], group[arms[0]][-1]) for group in runs]}
@@ -124,6 +129,18 @@ def controller_after(controller: Any) -> dict[str, dict[str, Any]]:
             "explore_share": {bucket_label(key): round(state.explore_steps / state.steps, 3)
                               for key, state in buckets if state.steps},
             "switches": {bucket_label(key): state.switches for key, state in buckets}}
+
+
+def output_lengths(kind: str, tokens: int, count: int) -> list[int]:
+    """Each request's output length: `fixed`, `tokens` each; `uniform`, drawn uniformly from
+    tokens/5 to 9*tokens/5 (mean `tokens`) with a fixed seed per request, the same in every
+    arm. With one length a closed batch ends together at k=0 and its next batch prefills in
+    one step, which any k>0 breaks (its rows accept apart): that lockstep is a gain of k=0's
+    that answers of varied length (chat, ended by EOS) do not give it."""
+    if kind == "fixed":
+        return [tokens] * count
+    draw = random.Random(SEED)
+    return [draw.randint(max(1, tokens // 5), max(1, 9 * tokens // 5)) for _ in range(count)]
 
 
 def hold(runtime: Any, arm: str) -> None:
@@ -158,6 +175,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="the engine's max_num_seqs: below --concurrency a group runs as a "
                              "queue, a finished request's slot refilled at once (continuous "
                              "batching), not as one closed batch whose tail runs alone")
+    parser.add_argument("--lengths", choices=("fixed", "uniform"), default="fixed",
+                        help="output lengths: --tokens each, or uniform over tokens/5 to "
+                             "9*tokens/5 per request (the same in every arm)")
     parser.add_argument("--model", help="a checkpoint directory (default: SmolLM2-135M)")
     parser.add_argument("--out", default=str(RESULTS_DIR / "whatif" / "runs.json"))
     args = parser.parse_args(argv)
@@ -176,13 +196,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     for workload, concurrency, arms in plan:
         requests = args.groups * concurrency if args.groups else args.requests
         cell = run_cell(llm, tokenizer, workload, concurrency, arms, requests,
-                        args.tokens, rng, args.warmup)
+                        args.tokens, rng, args.warmup, args.lengths)
         cells.append(cell)
         print("CELL", json.dumps(cell), flush=True)
     out = {"meta": {"kind": "run-pairs", "command": command("run_pairs",
                                                             list(argv or sys.argv[1:])),
                     "vllm": vllm_version(), "requests": args.requests, "groups": args.groups,
-                    "tokens": args.tokens, "max_num_seqs": args.max_num_seqs,
+                    "tokens": args.tokens, "lengths": args.lengths,
+                    "max_num_seqs": args.max_num_seqs,
                     "warmup_s": args.warmup, "seed": SEED}, "cells": cells}
     write_json(Path(args.out), out, indent=1)
     return 0

@@ -84,6 +84,13 @@ class Switchback:
         assert found is not None
         return int(found.group(1))
 
+    def first_k(self, key: int) -> int:
+        """The k bucket `key` drafts now: its running arm's, or (a bucket not seen yet) the
+        first arm's of the order its first pair will draw."""
+        state = self.buckets.get(key)
+        arm = state.arm if state is not None else random.Random(key).sample([0, 1], 2)[0]
+        return self.k_of(self.arms[arm], key)
+
     def observe(self, step: Step) -> tuple[int, int] | None:
         """One decode step; returns (bucket, k) when the bucket's lookup must change."""
         settled = step.clean and step.k == self._previous_k

@@ -81,6 +81,25 @@ class ControlledScheduler:
                                                  max_graph_tokens=self.graph_tokens)
         self.switchback = (Switchback(self.controller, parse_arms(arms, self.k_set))
                            if arms else None)
+        if arms or not fresh:  # a fresh controller alone starts from the table as it is
+            self.rewrite_lookup()
+
+    def rewrite_lookup(self) -> None:
+        """Write every bucket's k as the arm now running holds it (the switchback's first arm,
+        or the controller's block), so that a restart between two runs takes effect at the
+        next step, not once a bucket's first settled step has been seen (until then a run of
+        one fixed k ran its first steps at the k of the run before). A bucket the controller
+        has not seen keeps the prior."""
+        for key in range(1, (len(self.lookup) - 1).bit_length() + 1):
+            if self.switchback is not None:
+                k = self.switchback.first_k(key)
+            elif key in self.controller.buckets:
+                k = self.controller.k_for(key)
+            else:
+                k = self.controller.prior_k(key)
+            low, high = bucket_bounds(key)
+            high = min(high, len(self.lookup) - 1)
+            self.lookup[low:high + 1] = [k] * (high - low + 1)
 
     def observe(self, output: Any, runner_output: Any, result: Any, end: float,
                 finished: Any = ()) -> None:

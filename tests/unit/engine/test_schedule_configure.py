@@ -71,3 +71,25 @@ def test_a_controller_that_fails_hands_the_fixed_table_back():
     scheduler.dynamic_sd_lookup[1:5] = [0] * 4  # what the controller had written
     give_up(scheduler, runtime, RuntimeError("boom"))
     assert scheduler.dynamic_sd_lookup == table and scheduler.__dict__[_RUNTIME] is None
+
+
+def test_a_restart_between_runs_takes_effect_at_the_next_step():
+    """`run_pairs` holds one arm per run by a restart between runs: the lookup must hold that
+    arm's k before the run's first step (it used to be written only at a bucket's first settled
+    step, so each run's first steps ran at the k of the run before)."""
+    from types import SimpleNamespace
+
+    from vllm_specdec_plugin.engine.changes.core_sched_scheduler import ControlledScheduler
+
+    table = [5] * 5 + [2] * 4 + [0] * 8
+    scheduler = SimpleNamespace(dynamic_sd_lookup=list(table), vllm_config=None)
+    runtime = ControlledScheduler(scheduler, {"schedule": SCHEDULE})
+    assert scheduler.dynamic_sd_lookup == table  # a fresh controller starts from the table
+    runtime.restart("k5,k5", fresh=False)
+    assert scheduler.dynamic_sd_lookup[1:] == [5] * (len(table) - 1)
+    runtime.restart("k0,k0", fresh=False)
+    assert scheduler.dynamic_sd_lookup[1:] == [0] * (len(table) - 1)
+    runtime.restart(None, fresh=False)  # the controller alone: its prior where it saw nothing
+    assert scheduler.dynamic_sd_lookup[1:] == [
+        runtime.controller.prior_k(batch.bit_length()) for batch in range(1, len(table))]
+    runtime.close()
