@@ -8,6 +8,7 @@ from two others.
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 from typing import Any
 
@@ -52,3 +53,23 @@ def workload_token_ids(tokenizer: Any, name: str, count: int) -> list[list[int]]
     """The token ids of `count` prompts of workload `name`, from its first (cycling)."""
     chats = [p["messages"] for p in load_workload(name)["prompts"]]
     return [render(tokenizer, chats[i % len(chats)]) for i in range(count)]
+
+
+LENGTHS = ("fixed", "uniform")
+LENGTHS_SEED = 20261206
+
+
+def output_lengths(kind: str, tokens: int, count: int) -> list[int]:
+    """Each of `count` requests' output length: `fixed`, `tokens` each; `uniform`, drawn
+    uniformly from tokens/5 to 9*tokens/5 (mean `tokens`) with a fixed seed, so request i has
+    the same length in every arm and engine. With one length a closed batch at k=0 (or without
+    speculation) ends in one step and the next batch prefills in one step; any k>0 breaks that
+    lockstep (its rows accept drafts apart), and pays for it in steps at a part-empty batch and
+    in more steps with a prefill in them: a gain of k=0's that answers of varied length (chat,
+    ended by EOS) do not give it (docs/schedule-controller.md, "In steady state on ShareGPT")."""
+    if kind == "fixed":
+        return [tokens] * count
+    if kind != "uniform":
+        raise ValueError(f"{kind!r}: output lengths are one of {', '.join(LENGTHS)}")
+    draw = random.Random(LENGTHS_SEED)
+    return [draw.randint(max(1, tokens // 5), max(1, 9 * tokens // 5)) for _ in range(count)]

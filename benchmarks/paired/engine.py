@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from benchmarks.lib.workloads import render
+from benchmarks.lib.workloads import output_lengths, render
 from vllm_specdec_plugin.inputs.vllm_metrics import ACCEPTED, DRAFT_TOKENS, DRAFTS
 
 WARMUP_PROMPT = [{"role": "user", "content": "Count from one to twenty in words."}]
@@ -51,12 +51,13 @@ def spec_counters(llm: Any) -> dict[str, float]:
 
 
 def closed_loop(engine: Any, prompts: list[tuple[str, list[int]]], concurrency: int,
-                params: Any) -> Iterator[Any]:
-    """Keep `concurrency` requests in flight until `prompts` run out; yield finished outputs."""
-    pending = deque(prompts)
+                params: list[Any]) -> Iterator[Any]:
+    """Keep `concurrency` requests in flight until `prompts` run out (`params[i]` for prompt
+    i); yield finished outputs."""
+    pending = deque((*prompt, each) for prompt, each in zip(prompts, params, strict=True))
     in_flight = 0
     while pending and in_flight < concurrency:
-        engine.add_request(*pending.popleft(), params)
+        engine.add_request(*pending.popleft())
         in_flight += 1
     while engine.has_unfinished_requests():
         for output in engine.step():
@@ -65,7 +66,7 @@ def closed_loop(engine: Any, prompts: list[tuple[str, list[int]]], concurrency: 
             in_flight -= 1
             yield output
             if pending:
-                engine.add_request(*pending.popleft(), params)
+                engine.add_request(*pending.popleft())
                 in_flight += 1
 
 
@@ -85,13 +86,19 @@ def request_record(output: Any) -> dict[str, Any]:
 
 
 def run_cell(llm: Any, cell: dict[str, Any], params: Any) -> dict[str, Any]:
-    """Run one workload x concurrency cell; counters are deltas over the cell."""
+    """Run one workload x concurrency cell; counters are deltas over the cell. `params`: one
+    SamplingParams for every request, or with the cell's `lengths` "uniform" the max_tokens
+    of each request drawn around `params.max_tokens` (`output_lengths`)."""
     tokenizer = llm.get_tokenizer()
     tag = cell.get("tag") or f"{cell['workload']}-c{cell['concurrency']}"
     prompts = [(f"{tag}-{p['id']}", render(tokenizer, p["messages"])) for p in cell["prompts"]]
     before = spec_counters(llm)
     start = time.perf_counter()
-    outputs = list(closed_loop(llm.llm_engine, prompts, cell["concurrency"], params))
+    each = [params] * len(prompts)
+    if cell.get("lengths", "fixed") != "fixed":
+        each = [sampling_params(n, params.ignore_eos) for n in
+                output_lengths(cell["lengths"], params.max_tokens, len(prompts))]
+    outputs = list(closed_loop(llm.llm_engine, prompts, cell["concurrency"], each))
     elapsed = time.perf_counter() - start
     after = spec_counters(llm)
     records = {o.request_id: request_record(o) for o in outputs}

@@ -138,8 +138,8 @@ def markdown(result: dict[str, Any]) -> str:
     lines = [f"# Paired benchmark: {meta['name']}", "",
              f"Command: `{meta['command']}`", "",
              f"Model `{meta['model']}`, vLLM {meta['vllm_version']} on {meta['platform']} "
-             f"({meta['cpu_count']} CPUs), dtype {meta['dtype']}, greedy, {meta['max_tokens']} "
-             f"tokens per request (ignore_eos){', quick run' if meta['quick'] else ''}. "
+             f"({meta['cpu_count']} CPUs), dtype {meta['dtype']}, greedy, {lengths_text(meta)} "
+             f"(ignore_eos){', quick run' if meta['quick'] else ''}. "
              f"Wall time {meta['wall_s']:.0f} s; host load average "
              f"{meta['load_average_start'][0]:.1f} at start, {meta['load_average_end'][0]:.1f} "
              "at the end.",
@@ -241,3 +241,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def lengths_text(meta: dict[str, Any]) -> str:
+    """The output lengths as the run drew them (`benchmarks/lib/workloads.output_lengths`)."""
+    tokens = meta["max_tokens"]
+    if meta.get("lengths", "fixed") == "fixed":
+        return f"{tokens} tokens per request"
+    return (f"output lengths drawn uniformly from {max(1, tokens // 5)} to "
+            f"{max(1, 9 * tokens // 5)} tokens per request (the same on both engines)")

@@ -37,7 +37,7 @@ from typing import Any
 
 from benchmarks.lib.engine_setup import ENGINE_DEFAULTS, model_path
 from benchmarks.lib.results import RESULTS_DIR, command, vllm_version
-from benchmarks.lib.workloads import EXTRA_WORKLOADS, WORKLOADS, load_workload
+from benchmarks.lib.workloads import EXTRA_WORKLOADS, LENGTHS, WORKLOADS, load_workload
 from benchmarks.paired import report
 from benchmarks.paired.configs import BASELINE, Configuration, by_name, unavailable_reason
 from benchmarks.paired.engine_client import REPO, Engine, HostMeter, engine_env, placement
@@ -67,6 +67,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, nargs="+")
     parser.add_argument("--pairs", type=int, help="pairs per cell (default 6, quick 2)")
     parser.add_argument("--max-tokens", type=int, help="tokens per request (default 40)")
+    parser.add_argument("--lengths", choices=LENGTHS, default="fixed",
+                        help="output lengths: --max-tokens each, or uniform over max/5 to "
+                             "9*max/5 per request, the same on both engines")
     parser.add_argument("--settle", type=float, default=1.2,
                         help="seconds between bursts: longer than the 1 s that vLLM's "
                         "shared-memory queues keep spinning after their last message, so the "
@@ -100,6 +103,7 @@ def plan(args: argparse.Namespace) -> dict[str, Any]:
     base["configs"] = [a, b]
     base["kind"] = "aa" if a == b else ("null" if b.startswith("null") else b)
     base["name"] = args.name or ("aa" if a == b else f"{a}-vs-{b}")
+    base["lengths"] = args.lengths
     return base
 
 
@@ -123,7 +127,8 @@ def llm_kwargs(args: argparse.Namespace, model: str, config: Configuration,
 
 
 def run_cell(engines: list[Engine], workload: dict[str, Any], concurrency: int, offset: int,
-             pairs: int, max_tokens: int, settle: float, meter: HostMeter) -> list[dict[str, Any]]:
+             pairs: int, max_tokens: int, settle: float, meter: HostMeter,
+             lengths: str = "fixed") -> list[dict[str, Any]]:
     """A warm-up burst on each engine, then A B A B ... A: `pairs` B bursts, each between two
     A bursts. Every burst sends the cell's same prompts (so after the warm-up both engines find
     their prefixes cached alike, and each burst does the same work).
@@ -140,7 +145,7 @@ def run_cell(engines: list[Engine], workload: dict[str, Any], concurrency: int, 
         time.sleep(settle)
         cell = {"workload": name, "concurrency": concurrency,
                 "tag": f"{name}-c{concurrency}-p{index}-{engine.label}",
-                "prompts": prompts}
+                "prompts": prompts, "lengths": lengths}
         return engine.burst(cell, tokens)
 
     burst(a_engine, -1, WARMUP_TOKENS)
@@ -222,7 +227,7 @@ def measure(engines: list[Engine], workloads: list[dict[str, Any]], conf: dict[s
         offset = 0
         for concurrency in conf["concurrency"]:
             pairs = run_cell(engines, workload, concurrency, offset, conf["pairs"],
-                             conf["max_tokens"], settle, meter)
+                             conf["max_tokens"], settle, meter, conf["lengths"])
             offset += concurrency
             summary = summarize_cell(pairs)
             cells.append({"workload": workload["name"], "concurrency": concurrency,
@@ -279,6 +284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                  "model": model,
                  "command": command("paired", argv),
                  "quick": args.quick, "max_tokens": conf["max_tokens"],
+                 "lengths": conf["lengths"],
                  "pairs": conf["pairs"], "concurrency": conf["concurrency"],
                  "workloads": conf["workloads"], "settle_s": args.settle,
                  "placement": None if pin is None else {"worker_cpus": pin[0],

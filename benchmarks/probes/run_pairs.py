@@ -43,7 +43,7 @@ from typing import Any
 
 from benchmarks.lib.engine_setup import start_llm
 from benchmarks.lib.results import RESULTS_DIR, command, vllm_version, write_json
-from benchmarks.lib.workloads import WORKLOADS, workload_token_ids
+from benchmarks.lib.workloads import LENGTHS, WORKLOADS, output_lengths, workload_token_ids
 from vllm_specdec_plugin.core.step_cost import bucket_label
 
 SEED = 20261202
@@ -131,18 +131,6 @@ def controller_after(controller: Any) -> dict[str, dict[str, Any]]:
             "switches": {bucket_label(key): state.switches for key, state in buckets}}
 
 
-def output_lengths(kind: str, tokens: int, count: int) -> list[int]:
-    """Each request's output length: `fixed`, `tokens` each; `uniform`, drawn uniformly from
-    tokens/5 to 9*tokens/5 (mean `tokens`) with a fixed seed per request, the same in every
-    arm. With one length a closed batch ends together at k=0 and its next batch prefills in
-    one step, which any k>0 breaks (its rows accept apart): that lockstep is a gain of k=0's
-    that answers of varied length (chat, ended by EOS) do not give it."""
-    if kind == "fixed":
-        return [tokens] * count
-    draw = random.Random(SEED)
-    return [draw.randint(max(1, tokens // 5), max(1, 9 * tokens // 5)) for _ in range(count)]
-
-
 def hold(runtime: Any, arm: str) -> None:
     """Run `arm` from the next step: the controller alone, or every bucket at k<N>."""
     runtime.restart(None if arm == CONTROLLER else f"{arm},{arm}", fresh=False)
@@ -175,7 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="the engine's max_num_seqs: below --concurrency a group runs as a "
                              "queue, a finished request's slot refilled at once (continuous "
                              "batching), not as one closed batch whose tail runs alone")
-    parser.add_argument("--lengths", choices=("fixed", "uniform"), default="fixed",
+    parser.add_argument("--lengths", choices=LENGTHS, default="fixed",
                         help="output lengths: --tokens each, or uniform over tokens/5 to "
                              "9*tokens/5 per request (the same in every arm)")
     parser.add_argument("--model", help="a checkpoint directory (default: SmolLM2-135M)")

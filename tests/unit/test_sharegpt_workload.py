@@ -48,3 +48,22 @@ def test_the_workload_is_a_fixed_sample_of_count_first_turns(tmp_path, monkeypat
     for prompt in first["prompts"]:
         (message,) = prompt["messages"]
         assert message == {"role": "user", "content": f"question number {prompt['id'][1:]}"}
+
+
+def test_output_lengths_are_the_same_per_request_in_every_arm():
+    """`--lengths`: fixed gives every request the length; uniform draws tokens/5..9*tokens/5
+    per request with a fixed seed (the same request i in every arm and engine, mean ~tokens),
+    and an unknown kind is refused by name."""
+    import pytest
+
+    from benchmarks.lib.workloads import output_lengths
+
+    assert output_lengths("fixed", 40, 5) == [40] * 5
+    drawn = output_lengths("uniform", 40, 400)
+    assert drawn == output_lengths("uniform", 40, 400)
+    assert drawn[:16] == output_lengths("uniform", 40, 16)
+    assert min(drawn) >= 8 and max(drawn) <= 72 and len(set(drawn)) > 30
+    assert 36 <= sum(drawn) / len(drawn) <= 44
+    assert output_lengths("uniform", 1, 3) == [1, 1, 1]
+    with pytest.raises(ValueError, match="'poisson'"):
+        output_lengths("poisson", 40, 3)
