@@ -65,6 +65,9 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("run_pairs", "benchmarks.probes.run_pairs",
               "a run of k against a run of k=0 in one engine, paired request by request "
               "(decode seconds; what whatif predicts)"),
+    Benchmark("step_trace", "benchmarks.probes.step_trace",
+              "whole runs of fixed k step by step: prefill, after-prefill and decode-only "
+              "steps, their time and tokens, and the steady window"),
     Benchmark("zero_draft_profile", "benchmarks.probes.zero_draft_profile",
               "where a zero-draft step's time goes (in-process engine; --micro: parts alone)"),
     Benchmark("hostile_inputs", "benchmarks.reliability.hostile_inputs",

@@ -11,7 +11,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchmarks.paired.targets import adaptive_target
-from support.result_tables import RUN_PAIRS_MARGIN, result
+from support.result_tables import result
+from support.run_figures import (
+    best_k_range,
+    paired_cell,
+    run_pairs_aa,
+    run_pairs_met,
+    step_trace,
+)
 
 
 def pooled_medians(name: str) -> list[float]:
@@ -163,29 +170,33 @@ def whatif_met(costs: str) -> str:
                    if r["costs"] == costs))
 
 
-def run_pairs_met(name: str) -> tuple[str, str]:
-    """(met, cells): controller cells whose best fixed k's interval low is at least 0.98."""
-    cells = [c for c in result(name)["cells"] if c["arms"][-1] == "controller"]
-    met = sum(min(c["against_last"].values(), key=lambda e: e["ratio"])["low"]
-              >= RUN_PAIRS_MARGIN for c in cells)
-    return str(met), str(len(cells))
-
-
-def best_k_range(name: str) -> tuple[str, str]:
-    """The lowest and highest best-fixed-k ratio over the run's controller cells."""
-    best = [min(e["ratio"] for e in c["against_last"].values())
-            for c in result(name)["cells"] if c["arms"][-1] == "controller"]
-    return f"{min(best):.3f}", f"{max(best):.3f}"
-
-
-def run_pairs_aa(name: str) -> str:
-    """The run's A/A cell (one arm against itself) as the docs quote it."""
-    cell = next(c for c in result(name)["cells"] if c["arms"][-1] != "controller")
-    e = next(iter(cell["against_last"].values()))
-    return f"{e['ratio']:.3f} [{e['low']:.3f}, {e['high']:.3f}]"
-
-
 CLAIMS = [
+    Claim("README.md", r"default against no speculation reads (\S+ \[\S+ \S+\]) at c=16 and "
+          r"(\S+ \[\S+ \S+\]) at c=32, where vLLM's speculative path with every draft at zero "
+          r"alone reads (\S+ \[\S+ \S+\])",
+          lambda: (paired_cell("none-vs-plugin-sharegpt-uniform", 16),
+                   paired_cell("none-vs-plugin-sharegpt-uniform", 32),
+                   paired_cell("none-vs-ngram-idle-sharegpt-uniform", 32))),
+    Claim("docs/schedule-controller.md", r"drawn per request the default reads (\S+) at c=16 and "
+          r"(\S+) at c=32, the latter",
+          lambda: tuple(paired_cell("none-vs-plugin-sharegpt-uniform", c, False)
+                        for c in (16, 32))),
+    Claim("docs/schedule-controller.md", r"whole runs took ([\d.]+) s at k=0 and ([\d.]+) s at "
+          r"k=5, yet decode-only steps at batch 16 ran ([\d.]+) tokens/s at k=0 and ([\d.]+) at "
+          r"k=5.*?: (\d+) steps with a prefill chunk in all\. .*? refilled alone: (\d+) such",
+          lambda: step_trace("step-trace-fixed")),
+    Claim("docs/schedule-controller.md", r"too \((\d+) steps with a prefill chunk, k=5 (\d+)\), "
+          r"and whole runs took ([\d.]+) s and ([\d.]+) s\. Decode steps at batch 16 still "
+          r"favour k=5 \(([\d.]+) against ([\d.]+) tokens/s\), but the steps with a prefill "
+          r"chunk, (\d+)% and (\d+)% of the time, do not \(([\d.]+) and ([\d.]+) tokens/s\)",
+          lambda: step_trace("step-trace-uniform")),
+    Claim("docs/schedule-controller.md", r"k0 / k5 reads (\S+ \[\S+ \S+\]) with one length and "
+          r"(\S+ \[\S+ \S+\]) with lengths drawn",
+          lambda: tuple(run_pairs_aa(f"sharegpt-lengths-{kind}") for kind in ("fixed", "uniform"))),
+    Claim("docs/schedule-controller.md", r"is met in (\d+) of (\d+) cells\. The A/A beside them "
+          r"\(k0 against k0, c=32\) read (\S+ \[\S+ \S+\])",
+          lambda: (*run_pairs_met("sharegpt-controller-uniform"),
+                   run_pairs_aa("sharegpt-controller-uniform"))),
     Claim("docs/schedule-controller.md", r"\*\*Met in (\d+) of (\d+) cells\*\* by the interval",
           lambda: run_pairs_met("controller-runs")),
     Claim("docs/schedule-controller.md", r"meets the target by its low end \((\d+) of (\d+)\)",
