@@ -171,6 +171,12 @@ def whatif_met(costs: str) -> str:
 
 
 CLAIMS = [
+    Claim("docs/schedule-controller.md", r"\*\*(\d+) of (\d+) cells met\*\* by the interval's "
+          r"low end \(open_ended, where k0",
+          lambda: run_pairs_met("controller-runs-steady-c4-uniform")),
+    Claim("docs/schedule-controller.md", r"The A/A beside it \(k0 against k0, open_ended, c=4\) "
+          r"read (\S+ \[\S+ \S+\])\.",
+          lambda: (run_pairs_aa("controller-runs-steady-c4-uniform"),)),
     Claim("README.md", r"default against no speculation reads (\S+ \[\S+ \S+\]) at c=16 and "
           r"(\S+ \[\S+ \S+\]) at c=32, where vLLM's speculative path with every draft at zero "
           r"alone reads (\S+ \[\S+ \S+\])",
