@@ -10,16 +10,19 @@ The switchback (`core/switchback.py`) alternates arms in blocks of steps inside 
 requests, which is fine for the controller's question (is k better than k=0 here and now) but
 not a run: on copying text it overstates a k run's speedup (docs/whatif.md). Here each batch of
 `concurrency` requests of the workload (the same prompts `whatif_serve` served, greedy,
-ignore_eos, `--tokens` tokens) is served whole under each arm, in an order drawn at random per
-group, in one in-process engine opted in (`--groups N`: N batches per cell, `N * concurrency`
+ignore_eos, `--tokens` tokens, or with `--lengths uniform` each request's own length drawn
+around it) is served whole under each arm, in an order drawn at random per group, in one
+in-process engine opted in (`--groups N`: N batches per cell, `N * concurrency`
 requests, in place of `--requests`). An arm `k<N>` holds every bucket at N (the schedule
-controller's runtime: `restart("kN,kN")`, which does not feed the controller); the arm
+controller's runtime: `restart("kN,kN")`, which does not feed the controller and writes the
+lookup before the run's first step); the arm
 `controller` is the controller alone, as it serves (`restart(None)`: it keeps learning, its
 exploration counted in its time). With a controller arm each cell starts a fresh controller
 (the fixed table as its prior) that serves the cell's prompts alone for `--warmup` seconds
 first, not measured (a serving engine's controller has learned its traffic). A group's time per
-arm is its decode time: each batch is also served for one token (its prefill and first token)
-and that is taken off every arm, since `whatif` predicts the decode steps. The engine makes
+arm is its decode time: each batch is first served for one token (its prefill and first
+token, which also fills vLLM's prefix cache for every arm) and that is taken off every arm,
+since `whatif` predicts the decode steps. The engine makes
 vLLM's per-step stats as `vllm serve` does (`disable_log_stats=False`; until 2026-12-05 runs
 used the offline default, without them).
 
