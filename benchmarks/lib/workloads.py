@@ -72,4 +72,10 @@ def output_lengths(kind: str, tokens: int, count: int) -> list[int]:
     if kind != "uniform":
         raise ValueError(f"{kind!r}: output lengths are one of {', '.join(LENGTHS)}")
     draw = random.Random(LENGTHS_SEED)
-    return [draw.randint(max(1, tokens // 5), max(1, 9 * tokens // 5)) for _ in range(count)]
+    low, high = uniform_range(tokens)
+    return [draw.randint(low, high) for _ in range(count)]
+
+
+def uniform_range(tokens: int) -> tuple[int, int]:
+    """The lengths `uniform` draws from around a mean of `tokens`: tokens/5 to 9*tokens/5."""
+    return max(1, tokens // 5), max(1, 9 * tokens // 5)

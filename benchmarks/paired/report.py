@@ -10,6 +10,7 @@ from typing import Any
 
 from benchmarks.lib.results import write_json
 from benchmarks.lib.stats import bootstrap_median_interval
+from benchmarks.lib.workloads import uniform_range
 from benchmarks.paired.figures import summarize_cell
 from benchmarks.paired.targets import target
 
@@ -124,6 +125,16 @@ def pooled_lines(result: dict[str, Any]) -> list[str]:
             "narrower interval for what is common to all workloads, such as the price of a "
             "speculative config that drafts nothing).", "",
             *table(("concurrency", "pairs", "ratio B/A (median)", "90% interval"), body), ""]
+
+
+def lengths_text(meta: dict[str, Any]) -> str:
+    """The output lengths as the run drew them (`benchmarks/lib/workloads.output_lengths`)."""
+    tokens = meta["max_tokens"]
+    if meta.get("lengths", "fixed") == "fixed":
+        return f"{tokens} tokens per request"
+    low, high = uniform_range(tokens)
+    return (f"output lengths drawn uniformly from {low} to {high} tokens per request (the "
+            "same on both engines)")
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -242,11 +253,3 @@ def main(argv: Sequence[str] | None = None) -> int:
 if __name__ == "__main__":
     raise SystemExit(main())
 
-
-def lengths_text(meta: dict[str, Any]) -> str:
-    """The output lengths as the run drew them (`benchmarks/lib/workloads.output_lengths`)."""
-    tokens = meta["max_tokens"]
-    if meta.get("lengths", "fixed") == "fixed":
-        return f"{tokens} tokens per request"
-    return (f"output lengths drawn uniformly from {max(1, tokens // 5)} to "
-            f"{max(1, 9 * tokens // 5)} tokens per request (the same on both engines)")

@@ -63,6 +63,13 @@ class _Bucket:
     def arm(self) -> int:
         return self.order[0]
 
+    @classmethod
+    def first(cls, key: int) -> _Bucket:
+        """Bucket `key` before its first step: its first pair's order drawn, seeded by key."""
+        state = cls(random.Random(key))
+        state.order = state.rng.sample([0, 1], 2)
+        return state
+
 
 class Switchback:
     """Alternates two arms per bucket; see the module docstring."""
@@ -88,8 +95,7 @@ class Switchback:
         """The k bucket `key` drafts now: its running arm's, or (a bucket not seen yet) the
         first arm's of the order its first pair will draw."""
         state = self.buckets.get(key)
-        arm = state.arm if state is not None else random.Random(key).sample([0, 1], 2)[0]
-        return self.k_of(self.arms[arm], key)
+        return self.k_of(self.arms[(state or _Bucket.first(key)).arm], key)
 
     def observe(self, step: Step) -> tuple[int, int] | None:
         """One decode step; returns (bucket, k) when the bucket's lookup must change."""
@@ -98,8 +104,7 @@ class Switchback:
         key = bucket(step.batch)
         state = self.buckets.get(key)
         if state is None:
-            state = self.buckets[key] = _Bucket(random.Random(key))
-            state.order = state.rng.sample([0, 1], 2)
+            state = self.buckets[key] = _Bucket.first(key)
         arm = self.arms[state.arm]
         change = None
         if arm == CONTROLLER_ARM:

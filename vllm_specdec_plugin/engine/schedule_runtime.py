@@ -97,8 +97,13 @@ class ControlledScheduler:
                 k = self.controller.k_for(key)
             else:
                 k = self.controller.prior_k(key)
-            low, high = bucket_bounds(key)
-            high = min(high, len(self.lookup) - 1)
+            self._write(key, k)
+
+    def _write(self, key: int, k: int) -> None:
+        """Bucket `key`'s batch sizes in the lookup (those it holds) to `k`."""
+        low, high = bucket_bounds(key)
+        high = min(high, len(self.lookup) - 1)
+        if low <= high:
             self.lookup[low:high + 1] = [k] * (high - low + 1)
 
     def observe(self, output: Any, runner_output: Any, result: Any, end: float,
@@ -163,11 +168,7 @@ class ControlledScheduler:
         switchback), and what it answers into the lookup."""
         change = (self.switchback or self.controller).observe(tuple.__new__(Step, measured))
         if change is not None:
-            key, k = change
-            low, high = bucket_bounds(key)
-            high = min(high, len(self.lookup) - 1)
-            if low <= high:
-                self.lookup[low:high + 1] = [k] * (high - low + 1)
+            self._write(*change)
         if self.writer is not None and len(self.controller.buckets) != self.reported_buckets:
             # A bucket seen for the first time is shown at once; otherwise the writer's thread
             # rewrites the snapshot every REPORT_EVERY_S on its own.
