@@ -1,7 +1,7 @@
 """k against k=0 inside one engine: the schedule controller's switchback arms, cell by cell.
 
     python -m benchmarks schedule_switchback [--cells SPEC] [--warmup 15] [--seconds 45]
-        [--tokens 160] [--model PATH] [--no-log-stats] [--out FILE]
+        [--tokens 160] [--steady] [--model PATH] [--no-log-stats] [--out FILE]
 
 One real `LLM()` with the engine core in this process (`lib/engine_setup.start_llm`), opted in
 (`KAITO_ENABLE_SPECULATIVE_DECODING=true`: the plugin's default n-gram fallback with its
@@ -21,7 +21,11 @@ concurrency. Arms: k<N>, static
 cost per step, the blocks per arm. The engine makes vLLM's per-step stats as `vllm serve` does
 (`disable_log_stats=False`; the controller then counts a step in O(1) from vLLM's spec-decoding
 stats); `--no-log-stats` runs it as the offline `LLM()` default does (the controller walks the
-step's drafts and sampled rows).
+step's drafts and sampled rows). `--steady`: instead of closed batches of one length, a queue
+with `concurrency` requests in flight, each finished one replaced at once, output lengths drawn
+per request around `--tokens` (`workloads.output_lengths`, "uniform"), so requests end at most
+steps at a large batch, as in steady serving (the cell records how many ended per step): the
+case in which the per-step path counts the tokens vLLM emitted (`schedule_runtime.emitted`).
 
 --cells: ";"-separated "workload:concurrency:armA,armB" (default: the A/A, open-ended and
 input-grounded cells of docs/schedule-controller.md). Prints `SWITCHBACK {json}`; writes --out.
@@ -31,6 +35,7 @@ Run it alone on the host.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import time
@@ -39,7 +44,7 @@ from typing import Any
 
 from benchmarks.lib.engine_setup import start_llm
 from benchmarks.lib.results import command, vllm_version, write_json
-from benchmarks.lib.workloads import workload_token_ids
+from benchmarks.lib.workloads import output_lengths, workload_token_ids
 
 DEFAULT_CELLS = ";".join([
     *(f"open_ended:{c}:k0,k0" for c in (1, 4, 16, 32)),
@@ -80,8 +85,38 @@ def serve(llm: Any, prompts: list[Any], params: Any, concurrency: int, seconds: 
     return generated
 
 
+REQUEST_IDS = itertools.count()
+
+
+def serve_queue(llm: Any, prompts: list[Any], params: list[Any], concurrency: int,
+                seconds: float, ended: list[int]) -> int:
+    """`concurrency` requests in flight, each finished one replaced by the next (prompts and
+    `params` cycling) until `seconds` have passed, then drained; the tokens generated. Adds the
+    requests that ended to `ended[0]`."""
+    engine, start, sent, in_flight, generated = llm.llm_engine, time.perf_counter(), 0, 0, 0
+
+    def send() -> None:
+        nonlocal sent, in_flight
+        engine.add_request(f"steady-{next(REQUEST_IDS)}", prompts[sent % len(prompts)],
+                           params[sent % len(params)])
+        sent, in_flight = sent + 1, in_flight + 1
+
+    while in_flight < concurrency:
+        send()
+    while engine.has_unfinished_requests():
+        for output in engine.step():
+            if output.finished:
+                in_flight -= 1
+                ended[0] += 1
+                generated += len(output.outputs[0].token_ids)
+                if time.perf_counter() - start < seconds:
+                    send()
+    return generated
+
+
 def run_cell(llm: Any, tokenizer: Any, workload: str, concurrency: int, arms: str,
-             warmup: float, seconds: float, tokens: int) -> dict[str, Any]:
+             warmup: float, seconds: float, tokens: int, steady: bool = False
+             ) -> dict[str, Any]:
     from vllm import SamplingParams
 
     from vllm_specdec_plugin.core.step_cost import bucket, bucket_label
@@ -90,16 +125,26 @@ def run_cell(llm: Any, tokenizer: Any, workload: str, concurrency: int, arms: st
     prompts = [{"prompt_token_ids": ids}
                for ids in workload_token_ids(tokenizer, workload, 64)]
     params = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
+    ended = [0]
+    each = [SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
+            for n in output_lengths("uniform", tokens, 4 * len(prompts))]
+
+    def serve_for(seconds: float) -> int:
+        if steady:
+            return serve_queue(llm, prompts, each, concurrency, seconds, ended)
+        return serve(llm, prompts, params, concurrency, seconds)
+
     runtime.restart(None)
     before = runtime.steps, runtime.own_s, snapshot_seconds(runtime), runtime.decisions.seconds
-    serve(llm, prompts, params, concurrency, warmup)
+    serve_for(warmup)
+    alone_steps, alone_ended = runtime.steps - before[0], ended[0]
     runtime.drain()  # the decision thread's last steps
     learned = {bucket_label(k): v for k, v in runtime.controller.table().items()}
     alone = cost_per_step(runtime, before)
     runtime.restart(arms, fresh=False)
     before = runtime.steps, runtime.own_s, snapshot_seconds(runtime), runtime.decisions.seconds
     start = time.perf_counter()
-    generated = serve(llm, prompts, params, concurrency, seconds)
+    generated = serve_for(seconds)
     runtime.drain()
     report = runtime.switchback.report()
     label = bucket_label(bucket(concurrency))
@@ -109,7 +154,12 @@ def run_cell(llm: Any, tokenizer: Any, workload: str, concurrency: int, arms: st
             "table_after_warmup": learned,
             "table": {bucket_label(k): v for k, v in runtime.controller.table().items()},
             "cost_us_per_step": {"controller_alone": alone,
-                                 "with_switchback": cost_per_step(runtime, before)}}
+                                 "with_switchback": cost_per_step(runtime, before)},
+            **({"requests_ended_per_step": {
+                "controller_alone": round(alone_ended / max(alone_steps, 1), 3),
+                "with_switchback": round((ended[0] - alone_ended)
+                                         / max(runtime.steps - before[0], 1), 3)}}
+               if steady else {})}
 
 
 def snapshot_seconds(runtime: Any) -> float:
@@ -138,6 +188,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="per cell: the controller alone, not measured")
     parser.add_argument("--seconds", type=float, default=45.0, help="per cell, measured")
     parser.add_argument("--tokens", type=int, default=160, help="per request")
+    parser.add_argument("--steady", action="store_true",
+                        help="a queue of requests with output lengths drawn per request")
     parser.add_argument("--model", help="a checkpoint directory (default: SmolLM2-135M)")
     parser.add_argument("--no-log-stats", action="store_true",
                         help="no per-step stats (the offline LLM() default)")
@@ -154,14 +206,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = []
     for workload, concurrency, arms in cells:
         result = run_cell(llm, tokenizer, workload, concurrency, arms, args.warmup,
-                          args.seconds, args.tokens)
+                          args.seconds, args.tokens, args.steady)
         results.append(result)
         print("CELL", json.dumps(result), flush=True)
     out = {"meta": {"kind": "switchback",
                     "command": command("schedule_switchback", list(argv or sys.argv[1:])),
                     "vllm": vllm_version(), "warmup_per_cell": args.warmup,
                     "seconds_per_cell": args.seconds,
-                    "tokens_per_request": args.tokens,
+                    "tokens_per_request": args.tokens, "steady": args.steady,
                     "log_stats": not args.no_log_stats}, "cells": results}
     print("SWITCHBACK", json.dumps(out))
     if args.out:
