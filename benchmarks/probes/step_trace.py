@@ -57,7 +57,8 @@ class Trace:
             if batch and self.arm is not None:
                 # the controller's own count without vLLM's stats: after the update, so the
                 # sampled lists are cut at each request's end
-                emitted, drafted, _ = walk(output, runner_output, batch)
+                rows, drafted, _ = walk(output, runner_output, batch)
+                emitted = sum(map(len, rows)) if isinstance(rows, list) else rows
                 prefill = output.total_num_scheduled_tokens - batch - drafted
                 self.steps.append((self.arm, batch, output.num_spec_tokens_to_schedule,
                                    end - self.previous_end, emitted, drafted, prefill,

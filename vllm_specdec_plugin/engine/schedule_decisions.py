@@ -19,8 +19,11 @@ import threading
 import time
 from collections.abc import Callable
 
-Measured = tuple[int, int, float, int, int, bool]
-"""One step as the engine thread measured it: a `core/schedule_state.Step`'s fields."""
+Measured = tuple[int, int, float, "int | list[list[int]]", int, bool]
+"""One step as the engine thread measured it: a `core/schedule_state.Step`'s fields, its tokens
+either counted or the step's sampled rows to count (`schedule_runtime.counted`, on this
+thread). A row list stays alive until the thread takes its step: a few milliseconds, one step's
+lists at a time while the thread keeps up."""
 
 POLL_S = 0.005
 """How often the thread looks for steps while they come: a decision is at most this late."""

@@ -20,7 +20,7 @@ from vllm_specdec_plugin.core.step_cost import bucket_bounds
 from vllm_specdec_plugin.core.switchback import Switchback, parse_arms
 from vllm_specdec_plugin.engine import patching
 from vllm_specdec_plugin.engine.changes.core_sched_request_caps import CAPS, capped_in
-from vllm_specdec_plugin.engine.schedule_decisions import DecisionThread
+from vllm_specdec_plugin.engine.schedule_decisions import DecisionThread, Measured
 
 REPORT_EVERY_S = 5.0
 """The snapshot for /metrics is rewritten at most this often while the engine steps (and at
@@ -120,10 +120,12 @@ class ControlledScheduler:
 
         Its counts: with vLLM's spec-decoding stats (`log_stats`; `result` is what
         `update_from_output` returned) three attribute reads, a clean step's rows each sampled
-        one token plus their accepted drafts; without them (`--disable-log-stats`, the offline
-        `LLM()` default) `walk`. Written out in this one function, not in helpers, and handed
-        over as a plain tuple (the thread makes the `Step`): in a cache-cold engine step every
-        call, object and attribute read costs (docs/schedule-controller.md, "Its own cost")."""
+        one token plus their accepted drafts, and on a step in which a request ended the step's
+        sampled lists handed over to be counted (`counted`, on the decision thread); without
+        them (`--disable-log-stats`, the offline `LLM()` default) `walk`. Written out in this
+        one function, not in helpers, and handed over as a plain tuple (the thread makes the
+        `Step`): in a cache-cold engine step every call, object and attribute read costs
+        (docs/schedule-controller.md, "Its own cost")."""
         batch = len(output.num_scheduled_tokens)
         if not batch:
             return
@@ -135,6 +137,7 @@ class ControlledScheduler:
         self.last_end = end
         if not start:
             return
+        tokens: int | list[list[int]]
         stats = None
         if self.log_stats and result:
             for outputs in result.values():
@@ -151,8 +154,11 @@ class ControlledScheduler:
                 # A request ended in this step: the stats count the drafts it accepted past its
                 # end (its length limit, EOS, a stop string), which vLLM drops from the output
                 # by cutting the step's sampled list in place (`_update_request_with_output`),
-                # more of them the larger the k. Count what it emitted (one pass, on such steps).
-                tokens = emitted(runner_output, tokens)
+                # more of them the larger the k. What it emitted is counted from those lists,
+                # handed over as they are: the pass over the rows runs on the decision thread.
+                sampled = runner_output.sampled_token_ids
+                if sampled.__class__ is list:
+                    tokens = sampled
         else:
             tokens, drafted, clean = walk(output, runner_output, batch)
         if clean and self.scheduler_state.get(CAPS):
@@ -163,10 +169,11 @@ class ControlledScheduler:
                              drafted, clean))
         self.steps += 1
 
-    def _apply(self, measured: tuple[int, int, float, int, int, bool]) -> None:
-        """On the decision thread: one step (`observe`'s tuple) to the controller (or the
-        switchback), and what it answers into the lookup."""
-        change = (self.switchback or self.controller).observe(tuple.__new__(Step, measured))
+    def _apply(self, measured: Measured) -> None:
+        """On the decision thread: one step (`observe`'s tuple, its rows counted) to the
+        controller (or the switchback), and what it answers into the lookup."""
+        change = (self.switchback or self.controller).observe(tuple.__new__(Step,
+                                                                            counted(measured)))
         if change is not None:
             self._write(*change)
         if self.writer is not None and len(self.controller.buckets) != self.reported_buckets:
@@ -206,21 +213,31 @@ class ControlledScheduler:
             self.writer.write_once()
 
 
-def walk(output: Any, runner_output: Any, batch: int) -> tuple[int, int, bool]:
-    """(output tokens, draft tokens verified, clean) of one step without vLLM's spec-decoding
-    stats: one pass over the drafts and one over the sampled rows. A clean step is decode only:
-    every row scheduled one token plus its drafts (no prefill chunk) and sampled."""
+def walk(output: Any, runner_output: Any, batch: int) -> tuple[int | list[list[int]], int, bool]:
+    """(the step's sampled rows, draft tokens verified, clean so far) of one step without vLLM's
+    spec-decoding stats: one pass over the drafts here, the rows counted on the decision thread
+    (`counted`). A clean step is decode only: every row scheduled one token
+    plus its drafts (no prefill chunk) and sampled; rows that are not a list of lists: not
+    clean."""
     spec_tokens = output.scheduled_spec_decode_tokens
     drafted = sum(map(len, spec_tokens.values())) if spec_tokens else 0
-    tokens = emitted(runner_output, 0)
-    return tokens, drafted, output.total_num_scheduled_tokens == batch + drafted and tokens >= batch
-
-
-def emitted(runner_output: Any, otherwise: int) -> int:
-    """The tokens the step's rows emitted: vLLM's sampled lists, which `update_from_output` cut
-    in place at each request's end; `otherwise` where they are not a list of lists."""
     sampled = runner_output.sampled_token_ids
-    return sum(map(len, sampled)) if sampled.__class__ is list else otherwise
+    if sampled.__class__ is not list:
+        return 0, drafted, False
+    return sampled, drafted, output.total_num_scheduled_tokens == batch + drafted
+
+
+def counted(measured: Measured) -> Measured:
+    """`observe`'s tuple with the sampled rows it handed over (a step in which a request ended,
+    or one without vLLM's stats) counted: the tokens vLLM emitted, which `update_from_output`
+    cut in place at each request's end. A step with fewer tokens than rows is not clean.
+    vLLM makes the lists anew each step and changes them no more after the update (0.32's
+    model runner, 0.33's `AsyncOutput.get_output`), so counting them later counts the same."""
+    batch, k, seconds, tokens, drafted, clean = measured
+    if tokens.__class__ is not list:
+        return measured
+    emitted = sum(map(len, tokens))  # type: ignore[arg-type]
+    return batch, k, seconds, emitted, drafted, clean and emitted >= batch
 
 
 def graph_ceiling(vllm_config: Any) -> int | None:
