@@ -122,16 +122,24 @@ def run_cell(llm: Any, tokenizer: Any, workload: str, concurrency: int, arms: li
                         sum(b for _, b in per_arm[arms[0]])],
             "against_last": against,
             **(controller_after(runtime.controller) if CONTROLLER in arms
-               else dict.fromkeys(("table_after", "explore_share", "switches")))}
+               else dict.fromkeys(AFTER))}
+
+
+AFTER = ("table_after", "explore_share", "switches", "pairs", "unpaired")
 
 
 def controller_after(controller: Any) -> dict[str, dict[str, Any]]:
-    """Per bucket after a cell: the controller's k, its share of steps explored, its switches."""
+    """Per bucket after a cell: the controller's k, its share of steps explored, its switches,
+    each other k's pairs since the bucket's last switch, and its explorations dropped unpaired
+    (the bucket went stale before the incumbent block after them: a short visit)."""
     buckets = sorted(controller.buckets.items())
     return {"table_after": {bucket_label(key): state.incumbent for key, state in buckets},
             "explore_share": {bucket_label(key): round(state.explore_steps / state.steps, 3)
                               for key, state in buckets if state.steps},
-            "switches": {bucket_label(key): state.switches for key, state in buckets}}
+            "switches": {bucket_label(key): state.switches for key, state in buckets},
+            "pairs": {bucket_label(key): {f"k{k}": arm.pairs for k, arm in state.arms.items()
+                                          if k != state.incumbent} for key, state in buckets},
+            "unpaired": {bucket_label(key): state.unpaired for key, state in buckets}}
 
 
 def hold(runtime: Any, arm: str) -> None:

@@ -1,7 +1,7 @@
 """k against k=0 inside one engine: the schedule controller's switchback arms, cell by cell.
 
     python -m benchmarks schedule_switchback [--cells SPEC] [--warmup 15] [--seconds 45]
-        [--tokens 160] [--steady] [--model PATH] [--no-log-stats] [--out FILE]
+        [--tokens 160] [--steady | --draining] [--model PATH] [--no-log-stats] [--out FILE]
 
 One real `LLM()` with the engine core in this process (`lib/engine_setup.start_llm`), opted in
 (`KAITO_ENABLE_SPECULATIVE_DECODING=true`: the plugin's default n-gram fallback with its
@@ -24,8 +24,11 @@ stats); `--no-log-stats` runs it as the offline `LLM()` default does (the contro
 step's drafts and sampled rows). `--steady`: instead of closed batches of one length, a queue
 with `concurrency` requests in flight, each finished one replaced at once, output lengths drawn
 per request around `--tokens` (`workloads.output_lengths`, "uniform"), so requests end at most
-steps at a large batch, as in steady serving (the cell records how many ended per step): the
-case in which the per-step path counts the tokens vLLM emitted (`schedule_runtime.emitted`).
+steps at a large batch, as in steady serving (the cell records how many ended per step), and
+most steps have a refilled request's prefill in them. `--draining`: closed batches of requests
+of those drawn lengths, so requests end at most steps and nothing refills them: most such steps
+are decode only, the case in which the tokens vLLM emitted are counted from the step's sampled
+rows (`schedule_runtime.counted`).
 
 --cells: ";"-separated "workload:concurrency:armA,armB" (default: the A/A, open-ended and
 input-grounded cells of docs/schedule-controller.md). Prints `SWITCHBACK {json}`; writes --out.
@@ -74,14 +77,21 @@ def runtime_of(llm: Any) -> Any:
     return runtime
 
 
-def serve(llm: Any, prompts: list[Any], params: Any, concurrency: int, seconds: float) -> int:
-    """Batches of `concurrency` prompts until `seconds` have passed; the tokens generated."""
+def serve(llm: Any, prompts: list[Any], params: Any, concurrency: int, seconds: float,
+          ended: list[int] | None = None) -> int:
+    """Batches of `concurrency` prompts until `seconds` have passed (`params`: one for every
+    request, or a list cycled with the prompts); the tokens generated. Adds the requests that
+    ended to `ended[0]`."""
     start, index, generated = time.perf_counter(), 0, 0
     while time.perf_counter() - start < seconds:
         batch = [prompts[(index + i) % len(prompts)] for i in range(concurrency)]
+        each = [params[(index + i) % len(params)] for i in range(concurrency)] \
+            if isinstance(params, list) else params
         index += concurrency
-        outputs = llm.generate(batch, params, use_tqdm=False)
+        outputs = llm.generate(batch, each, use_tqdm=False)
         generated += sum(len(o.outputs[0].token_ids) for o in outputs)
+        if ended is not None:
+            ended[0] += len(outputs)
     return generated
 
 
@@ -115,7 +125,7 @@ def serve_queue(llm: Any, prompts: list[Any], params: list[Any], concurrency: in
 
 
 def run_cell(llm: Any, tokenizer: Any, workload: str, concurrency: int, arms: str,
-             warmup: float, seconds: float, tokens: int, steady: bool = False
+             warmup: float, seconds: float, tokens: int, traffic: str = "batches"
              ) -> dict[str, Any]:
     from vllm import SamplingParams
 
@@ -130,9 +140,10 @@ def run_cell(llm: Any, tokenizer: Any, workload: str, concurrency: int, arms: st
             for n in output_lengths("uniform", tokens, 4 * len(prompts))]
 
     def serve_for(seconds: float) -> int:
-        if steady:
+        if traffic == "steady":
             return serve_queue(llm, prompts, each, concurrency, seconds, ended)
-        return serve(llm, prompts, params, concurrency, seconds)
+        return serve(llm, prompts, each if traffic == "draining" else params, concurrency,
+                     seconds, ended)
 
     runtime.restart(None)
     before = runtime.steps, runtime.own_s, snapshot_seconds(runtime), runtime.decisions.seconds
@@ -159,7 +170,7 @@ def run_cell(llm: Any, tokenizer: Any, workload: str, concurrency: int, arms: st
                 "controller_alone": round(alone_ended / max(alone_steps, 1), 3),
                 "with_switchback": round((ended[0] - alone_ended)
                                          / max(runtime.steps - before[0], 1), 3)}}
-               if steady else {})}
+               if traffic != "batches" else {})}
 
 
 def snapshot_seconds(runtime: Any) -> float:
@@ -188,8 +199,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="per cell: the controller alone, not measured")
     parser.add_argument("--seconds", type=float, default=45.0, help="per cell, measured")
     parser.add_argument("--tokens", type=int, default=160, help="per request")
-    parser.add_argument("--steady", action="store_true",
-                        help="a queue of requests with output lengths drawn per request")
+    traffic = parser.add_mutually_exclusive_group()
+    traffic.add_argument("--steady", action="store_true",
+                         help="a queue of requests with output lengths drawn per request")
+    traffic.add_argument("--draining", action="store_true",
+                         help="closed batches of requests with output lengths drawn per request")
     parser.add_argument("--model", help="a checkpoint directory (default: SmolLM2-135M)")
     parser.add_argument("--no-log-stats", action="store_true",
                         help="no per-step stats (the offline LLM() default)")
@@ -199,6 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cells = parse_cells(args.cells)
     except ValueError:
         parser.error(f"--cells {args.cells!r}: give workload:concurrency:armA,armB;...")
+    kind = "steady" if args.steady else "draining" if args.draining else "batches"
     llm = start_llm(args.model, max(32, *(c for _, c, _ in cells)),
                     env={"KAITO_ENABLE_SPECULATIVE_DECODING": "true"},
                     disable_log_stats=args.no_log_stats)
@@ -206,14 +221,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = []
     for workload, concurrency, arms in cells:
         result = run_cell(llm, tokenizer, workload, concurrency, arms, args.warmup,
-                          args.seconds, args.tokens, args.steady)
+                          args.seconds, args.tokens, kind)
         results.append(result)
         print("CELL", json.dumps(result), flush=True)
     out = {"meta": {"kind": "switchback",
                     "command": command("schedule_switchback", list(argv or sys.argv[1:])),
                     "vllm": vllm_version(), "warmup_per_cell": args.warmup,
                     "seconds_per_cell": args.seconds,
-                    "tokens_per_request": args.tokens, "steady": args.steady,
+                    "tokens_per_request": args.tokens, "traffic": kind,
                     "log_stats": not args.no_log_stats}, "cells": results}
     print("SWITCHBACK", json.dumps(out))
     if args.out:

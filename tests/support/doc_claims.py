@@ -5,14 +5,16 @@ them, with the tables)."""
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from benchmarks.paired.targets import adaptive_target
+from support.cost_figures import COST_CLAIMS
 from support.result_tables import result
 from support.run_figures import (
+    CONTROLLER_PAGE,
+    RUN_CLAIMS,
     best_k_range,
     paired_cell,
     run_pairs_aa,
@@ -88,37 +90,6 @@ class Claim:
     expected: Callable[[], tuple[str, ...]]
 
 
-CONTROLLER_PAGE = "docs/schedule-controller.md"
-
-
-def cost_row(name: str) -> tuple[str, ...]:
-    """A schedule_switchback cost run, the controller alone: the engine thread's µs per step
-    at each cell's batch, then the decision thread's where it had one."""
-    cells = [c["cost_us_per_step"]["controller_alone"] for c in sorted(
-        result(name)["cells"], key=lambda c: c["concurrency"])]
-    out = tuple(f"{c['per_step_path']:.1f}" for c in cells)
-    if "decision_thread" in cells[0]:
-        out += tuple(f"{c['decision_thread']:.1f}" for c in cells)
-    return out
-
-
-TRIPLE = r"([\d.]+) / ([\d.]+) / ([\d.]+)"
-
-
-def cost_claim(lead: str, name: str, bold: bool = False, thread: bool = True) -> Claim:
-    """A row of docs/schedule-controller.md's cost table: `lead` (a regex), the row's result
-    file, the engine thread's three figures (bold in the kept design's row), then the decision
-    thread's three or "none"."""
-    engine = rf"\*\*{TRIPLE}\*\*" if bold else TRIPLE
-    pattern = (rf"{lead} \(\[`{re.escape(name)}\.json`\]\S+\) \| {engine} \| "
-               rf"{TRIPLE if thread else 'none'} \|")
-    return Claim(CONTROLLER_PAGE, pattern, lambda: cost_row(name))
-
-
-def loop_cost(name: str, way: str = "stats") -> tuple[str, ...]:
-    return tuple(f"{c[f'{way}_median_us']:.2f}" for c in sorted(
-        result(name)["cells"], key=lambda c: c["batch"]))
-
 
 def whatif_log_only_shortfall() -> tuple[str, ...]:
     rows = [r for r in result("whatif-check")["exactness"] if "workload" in r]
@@ -171,12 +142,6 @@ def whatif_met(costs: str) -> str:
 
 
 CLAIMS = [
-    Claim("docs/schedule-controller.md", r"\*\*(\d+) of (\d+) cells met\*\* by the interval's "
-          r"low end \(open_ended, where k0",
-          lambda: run_pairs_met("controller-runs-steady-c4-uniform")),
-    Claim("docs/schedule-controller.md", r"The A/A beside it \(k0 against k0, open_ended, c=4\) "
-          r"read (\S+ \[\S+ \S+\])\.",
-          lambda: (run_pairs_aa("controller-runs-steady-c4-uniform"),)),
     Claim("README.md", r"default against no speculation reads (\S+ \[\S+ \S+\]) at c=16 and "
           r"(\S+ \[\S+ \S+\]) at c=32, where vLLM's speculative path with every draft at zero "
           r"alone reads (\S+ \[\S+ \S+\])",
@@ -220,41 +185,6 @@ CLAIMS = [
           r"(\S+) here \((\w+, \w+): ([\d,]+) against ([\d,]+)\)", whatif_log_only_shortfall),
     Claim("docs/whatif.md", r"The replay runs at ([\d.]+) M tokens/s for ngram and ([\d.]+) M",
           whatif_speeds),
-    cost_claim(r"counted from its emitted tokens, a021514", "schedule-cost", bold=True),
-    cost_claim(r"without the emitted-token count, d94adda", "schedule-cost-d94adda"),
-    cost_claim(r"counts by the walk", "schedule-cost-no-log-stats"),
-    cost_claim(r"counts in a helper, 5176e03", "schedule-cost-5176e03"),
-    cost_claim(r"counts by the walk", "schedule-cost-no-log-stats-5176e03"),
-    cost_claim(r"4d61faf", "schedule-cost-inline", thread=False),
-    cost_claim(r"`queue\.SimpleQueue`", "schedule-cost-queue"),
-    Claim(CONTROLLER_PAGE, r"walk on the engine thread from an earlier run "
-          r"\(([\d.]+) / ([\d.]+) / ([\d.]+);",
-          lambda: cost_row("schedule-cost-inline-no-log-stats")),
-    Claim(CONTROLLER_PAGE, r"the engine thread's path ([\d.]+), ([\d.]+) and ([\d.]+) µs per "
-          r"step at batch 1, 32 and 256 from the stats \(([\d.]+), ([\d.]+) and ([\d.]+) "
-          r"with the walk\)",
-          lambda: loop_cost("controller-cost") + loop_cost("controller-cost", "walk")),
-    Claim(CONTROLLER_PAGE, r"at 5176e03 it was ([\d.]+), ([\d.]+) and ([\d.]+)",
-          lambda: loop_cost("controller-cost-5176e03")),
-    Claim(CONTROLLER_PAGE, r"met in an engine\*\* with vLLM's spec-decoding stats \(`vllm "
-          r"serve`'s default\): ([\d.]+) µs, on steps where no request ends; without them "
-          r".* makes it ([\d.]+) µs there",
-          lambda: (cost_row("schedule-cost")[2], cost_row("schedule-cost-no-log-stats")[2])),
-    Claim(CONTROLLER_PAGE, r"The decision thread's ([\d.]+)-([\d.]+) µs a step",
-          lambda: (min(cost_row("schedule-cost")[3:], key=float),
-                   max(cost_row("schedule-cost")[3:], key=float))),
-    Claim(CONTROLLER_PAGE, r"with everything on the engine thread ([\d.]+), "
-          r"([\d.]+) and ([\d.]+)", lambda: loop_cost("controller-cost-inline")),
-    Claim("README.md", r"engine thread, ([\d.]+)-([\d.]+) µs at batch 1-256 \(counting from "
-          r"vLLM's spec-decoding stats; its decisions on a thread of their own, "
-          r"([\d.]+)-([\d.]+) µs there",
-          lambda: (min(cost_row("schedule-cost")[:3], key=float),
-                   max(cost_row("schedule-cost")[:3], key=float),
-                   min(cost_row("schedule-cost")[3:], key=float),
-                   max(cost_row("schedule-cost")[3:], key=float))),
-    Claim("README.md", r"([\d.]+)-([\d.]+) µs with the decisions on the engine thread too",
-          lambda: (min(cost_row("schedule-cost-inline"), key=float),
-                   max(cost_row("schedule-cost-inline"), key=float))),
     Claim(CONTROLLER_PAGE, r"meets the target by its interval's low end in (\d) of (\d) "
           r"\(open_ended, multi_turn\)", lambda: run_pairs_met("controller-runs-steady")),
     Claim(CONTROLLER_PAGE, r"and meets the target in (\d) of (\d) \(mt_bench\)",
@@ -338,5 +268,4 @@ CLAIMS = [
     Claim("docs/adaptive.md", r"`none` against itself fails them in (\d+) of (\d+) cells",
           aa_misses_adaptive_target),
 ]
-
-
+CLAIMS += [Claim(*claim) for claim in (*RUN_CLAIMS, *COST_CLAIMS)]

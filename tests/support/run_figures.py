@@ -3,7 +3,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from support.result_tables import RUN_PAIRS_MARGIN, result
+
+CONTROLLER_PAGE = "docs/schedule-controller.md"
 
 
 def run_pairs_met(name: str) -> tuple[str, str]:
@@ -49,3 +53,87 @@ def paired_cell(name: str, concurrency: int, interval: bool = True) -> str:
     low, high = cell["ratio_interval"]
     median = f"{cell['ratio_median']:.3f}"
     return f"{median} [{low:.3f}, {high:.3f}]" if interval else median
+
+
+def controller_cells(name: str) -> list[dict]:
+    return [c for c in result(name)["cells"] if c["arms"][-1] == "controller"]
+
+
+def best_ratio(cell: dict) -> float:
+    return min(e["ratio"] for e in cell["against_last"].values())
+
+
+def k0_range(name: str) -> tuple[str, str]:
+    """The lowest and highest k0 / controller ratio over the run's controller cells."""
+    k0 = [c["against_last"]["k0"]["ratio"] for c in controller_cells(name)]
+    return f"{min(k0):.3f}", f"{max(k0):.3f}"
+
+
+def losses(name: str, workload: str) -> tuple[str, ...]:
+    """`workload`'s loss against the best fixed k, in %, per concurrency."""
+    return tuple(f"{100 * (1 - best_ratio(c)):.1f}" for c in sorted(
+        (c for c in controller_cells(name) if c["workload"] == workload),
+        key=lambda c: c["concurrency"]))
+
+
+def other_misses(name: str, workload: str) -> tuple[str, ...]:
+    """How many cells of other workloads miss, and their best-fixed-k ratios' range."""
+    ratios = [best_ratio(c) for c in controller_cells(name) if c["workload"] != workload
+              and min(c["against_last"].values(), key=lambda e: e["ratio"])["low"]
+              < RUN_PAIRS_MARGIN]
+    words = {1: "one", 2: "two", 3: "three", 4: "four"}
+    return words[len(ratios)], f"{min(ratios):.3f}", f"{max(ratios):.3f}"
+
+
+def shortest_requests(groups: int = 10, tokens: int = 96) -> tuple[str, ...]:
+    """Per concurrency 16 and 32: the shortest request of each group (`run_pairs --lengths
+    uniform`), lowest, highest and mean."""
+    from benchmarks.lib.workloads import output_lengths
+
+    out: tuple[str, ...] = ()
+    for c in (16, 32):
+        lengths = output_lengths("uniform", tokens, groups * c)
+        mins = [min(lengths[i:i + c]) for i in range(0, groups * c, c)]
+        out += (str(min(mins)), str(max(mins)), f"{sum(mins) / len(mins):.0f}")
+    return out
+
+
+C16_C32 = "controller-runs-steady-c16-c32-uniform"
+RUN_CLAIMS: list[tuple[str, str, Callable[[], tuple[str, ...]]]] = [
+    (CONTROLLER_PAGE, r"\*\*(\d+) of (\d+) cells met\*\* by the interval's low end \(open_ended, "
+     r"where k0", lambda: run_pairs_met("controller-runs-steady-c4-uniform")),
+    (CONTROLLER_PAGE, r"The A/A beside it \(k0 against k0, open_ended, c=4\) read "
+     r"(\S+ \[\S+ \S+\])\.", lambda: (run_pairs_aa("controller-runs-steady-c4-uniform"),)),
+    (CONTROLLER_PAGE, r"\*\*(\d+) of (\d+) cells met\*\* by the interval's low end \(open_ended at "
+     r"16", lambda: run_pairs_met(C16_C32)),
+    (CONTROLLER_PAGE, r"The A/A beside it \(k0 against k0, open_ended, c=32\) read "
+     r"(\S+ \[\S+ \S+\])\.", lambda: (run_pairs_aa(C16_C32),)),
+    (CONTROLLER_PAGE, r"Against k=0 the controller is faster in every cell \(([\d.]+) to "
+     r"([\d.]+)\)", lambda: k0_range(C16_C32)),
+    (CONTROLLER_PAGE, r"multi_turn misses by ([\d.]+)% at c=16 and ([\d.]+)% at c=32\*\*, and the "
+     r"other (\w+) misses \(([\d.]+) to ([\d.]+) by the point\)",
+     lambda: losses(C16_C32, "multi_turn") + other_misses(C16_C32, "multi_turn")),
+    (CONTROLLER_PAGE, r"the shortest request of a group here has (\d+) to (\d+) tokens at c=16, "
+     r"mean (\d+), and (\d+) to (\d+) at c=32, mean (\d+)\)", shortest_requests),
+]
+"""(page, pattern, expected) of sentences about `run_pairs` results (`doc_claims.Claim`)."""
+
+
+def top_bucket() -> tuple[str, ...]:
+    """The multi_turn c=16 diagnostic: 16-31's pairs and dropped explorations, the range of
+    both over the buckets, the range of explored shares, and k5 / controller."""
+    cell = result("controller-top-bucket-multi-turn-c16")["cells"][0]
+    pairs = {b: sum(arms.values()) for b, arms in cell["pairs"].items()}
+    dropped, shares = cell["unpaired"], cell["explore_share"].values()
+    e = cell["against_last"]["k5"]
+    return (str(pairs["16-31"]), str(dropped["16-31"]), str(min(pairs.values())),
+            str(max(pairs.values())), str(min(dropped.values())), str(max(dropped.values())),
+            f"{100 * min(shares):.0f}", f"{100 * max(shares):.0f}",
+            f"{e['ratio']:.3f} [{e['low']:.3f}, {e['high']:.3f}]")
+
+
+RUN_CLAIMS.append(
+    (CONTROLLER_PAGE, r"16-31 held (\d+) pair and had dropped (\d+) explorations unpaired; every "
+     r"bucket had (\d+) or (\d+) pair against (\d+) to (\d+) dropped, while (\d+)% to (\d+)% of "
+     r"each bucket's steps were explorations, paid for and mostly never paired \(k5 / "
+     r"controller read (\S+ \[\S+ \S+\]) over these 3 groups\)", top_bucket))
