@@ -68,6 +68,9 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("step_trace", "benchmarks.probes.step_trace",
               "whole runs of fixed k step by step: prefill, after-prefill and decode-only "
               "steps, their time and tokens, and the steady window"),
+    Benchmark("bucket_visits", "benchmarks.probes.bucket_visits",
+              "the schedule controller step by step in closed batches of drawn lengths: each "
+              "bucket's visits, steps at a k other than their block's, pairs"),
     Benchmark("zero_draft_profile", "benchmarks.probes.zero_draft_profile",
               "where a zero-draft step's time goes (in-process engine; --micro: parts alone)"),
     Benchmark("hostile_inputs", "benchmarks.reliability.hostile_inputs",

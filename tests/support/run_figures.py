@@ -137,3 +137,22 @@ RUN_CLAIMS.append(
      r"bucket had (\d+) or (\d+) pair against (\d+) to (\d+) dropped, while (\d+)% to (\d+)% of "
      r"each bucket's steps were explorations, paid for and mostly never paired \(k5 / "
      r"controller read (\S+ \[\S+ \S+\]) over these 3 groups\)", top_bucket))
+
+
+def bucket_visits() -> tuple[str, ...]:
+    """`bucket_visits`' 16-31: visits' shortest, longest, median; pairs; explorations
+    dropped; then the steps at a k other than their block's, of all, and in %."""
+    import statistics
+
+    found = result("bucket-visits-multi-turn-c16")
+    top = found["buckets"]["16-31"]
+    return (str(found["meta"]["runs"]), str(min(top["visits"])), str(max(top["visits"])),
+            f"{statistics.median(top['visits']):.0f}", str(top["pairs"]), str(top["unpaired"]),
+            str(found["off_block"]), str(found["steps"]),
+            f"{100 * found['off_block'] / found['steps']:.0f}")
+
+
+RUN_CLAIMS.append(
+    (CONTROLLER_PAGE, r"Over (\d+) runs the visits to 16-31 lasted (\d+) to (\d+) steps \(median "
+     r"(\d+)\), and it paired (\w+) of its (\d+) explorations\. And (\d+) of (\d+) steps "
+     r"\((\d+)%\) ran at a k other", bucket_visits))
