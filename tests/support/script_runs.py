@@ -87,8 +87,11 @@ class _Zygote:
         return answer
 
     def run(self, target: dict[str, str], argv: list[str], env: Mapping[str, str],
-            timeout: float) -> subprocess.CompletedProcess[str]:
-        """Run `target` ({"script": path} or {"module": name}) with `argv[1:]`."""
+            timeout: float, retry: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run `target` ({"script": path} or {"module": name}) with `argv[1:]`. A child that
+        timed out before its own set-up (its stdout file never made: stuck between the fork and
+        its `setsid`, where killing its session cannot reach it; seen twice in CI under load,
+        on a script that prints one line) is killed by its pid and run once more."""
         with tempfile.TemporaryDirectory(prefix="script-run-") as tmp:
             out, err = Path(tmp, "stdout"), Path(tmp, "stderr")
             request = {**target, "args": argv[1:], "env": dict(env),
@@ -100,10 +103,15 @@ class _Zygote:
                 rc = self._read(timeout)["rc"]
             except TimeoutError:
                 kill_session(pid)
+                stalled = not out.exists()
+                if stalled:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(pid, signal.SIGKILL)
                 self._read(60)  # the server reaps it and says so: the protocol stays in step
+                if stalled and retry:
+                    return self.run(target, argv, env, timeout, retry=False)
                 raise subprocess.TimeoutExpired(argv, timeout,
-                                                out.read_text(errors="replace"),
-                                                err.read_text(errors="replace")) from None
+                                                _text(out), _text(err)) from None
             finally:  # what the child left behind in its session (vLLM helpers)
                 kill_session(pid)
             return subprocess.CompletedProcess(argv, rc,
@@ -115,6 +123,10 @@ class _Zygote:
             self._in.close()
         kill_session(self.proc.pid)
         self.proc.wait()
+
+
+def _text(path: Path) -> str:
+    return path.read_text(errors="replace") if path.exists() else ""
 
 
 _servers: dict[tuple[str, tuple[str, ...], tuple[tuple[str, str], ...]], _Zygote] = {}

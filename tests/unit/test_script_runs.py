@@ -160,6 +160,20 @@ def test_another_import_time_environment_gets_a_server_of_its_own(report):
     assert {k for k in servers() if k[1] == LIGHT} == after
 
 
+def test_a_child_stuck_before_its_set_up_is_killed_and_run_again(report, tmp_path):
+    """Its session cannot be killed (it has none of its own yet): the harness kills it by its
+    pid, the server stays in step, and the run is made once more."""
+    run(report)
+    server = next(s for k, s in servers().items() if k[1] == LIGHT)
+    flag = tmp_path / "stall"
+    flag.write_text("")
+    done = server.run({"script": str(report), "stall_once": str(flag)}, [str(report), "x"],
+                      env(), 3)
+    assert done.returncode == 0 and json.loads(done.stdout)["argv"] == ["x"]
+    assert not flag.exists()
+    assert run(report).returncode == 0  # the server still answers in step
+
+
 def test_the_switch_off_starts_a_fresh_process(report, monkeypatch):
     monkeypatch.setenv(script_runs.SWITCH, "0")
     seen = json.loads(run(report).stdout)
