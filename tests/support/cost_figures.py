@@ -80,11 +80,23 @@ STEADY = ("schedule-cost-steady-135fd4e", "schedule-cost-steady",
           "schedule-cost-steady-no-log-stats-135fd4e", "schedule-cost-steady-no-log-stats")
 
 
-def steady_ends() -> tuple[str, str]:
-    """Requests ended per step at batch 256 over the queue runs, lowest and highest."""
-    ends = [c["requests_ended_per_step"]["controller_alone"] for name in STEADY
-            for c in result(name)["cells"] if c["concurrency"] == 256]
+def at_256(cells: list[dict]) -> dict:
+    """A cost run's cell at batch 256, the controller alone: its µs per step and, in the
+    runs with requests ending at most steps, requests ended per step."""
+    cell = next(c for c in cells if c["concurrency"] == 256)
+    alone = cell.get("requests_ended_per_step", {}).get("controller_alone")
+    return {**cell["cost_us_per_step"]["controller_alone"], "ended": alone}
+
+
+def ended_range(runs: list[list[dict]]) -> tuple[str, str]:
+    """Requests ended per step at batch 256 over `runs` (each a run's cells), lowest and
+    highest."""
+    ends = [at_256(cells)["ended"] for cells in runs]
     return f"{min(ends):.3f}", f"{max(ends):.3f}"
+
+
+def steady_ends() -> tuple[str, str]:
+    return ended_range([result(name)["cells"] for name in STEADY])
 
 
 def steady_lengths() -> tuple[str, str, str]:
@@ -116,22 +128,18 @@ def draining(batch: int, design: str = "") -> tuple[str, ...]:
 
 
 def draining_ends() -> tuple[str, str]:
-    ends = [c["requests_ended_per_step"]["controller_alone"] for run in
-            result("schedule-cost-draining")["runs"] for c in run["cells"]
-            if c["concurrency"] == 256]
-    return f"{min(ends):.3f}", f"{max(ends):.3f}"
+    return ended_range([run["cells"] for run in result("schedule-cost-draining")["runs"]])
 
 
 def decision_rise() -> tuple[str, str]:
     """How much the decision thread's µs per step at 256 rose with the rows handed over."""
-    def at_256(cells: list[dict]) -> float:
-        cell = next(c for c in cells if c["concurrency"] == 256)
-        return float(cell["cost_us_per_step"]["controller_alone"]["decision_thread"])
+    def rise(before: list[dict], after: list[dict]) -> float:
+        return float(at_256(after)["decision_thread"] - at_256(before)["decision_thread"])
 
-    rises = [at_256(result(after)["cells"]) - at_256(result(before)["cells"])
+    rises = [rise(result(before)["cells"], result(after)["cells"])
              for before, after in (STEADY[:2], STEADY[2:])]
     runs = result("schedule-cost-draining")["runs"]
-    rises += [at_256(runs[i + 1]["cells"]) - at_256(runs[i]["cells"]) for i in (0, 2)]
+    rises += [rise(runs[i]["cells"], runs[i + 1]["cells"]) for i in (0, 2)]
     return f"{min(rises):.0f}", f"{max(rises):.0f}"
 
 
