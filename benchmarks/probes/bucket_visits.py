@@ -48,23 +48,27 @@ def record(controller: Any) -> list[tuple[Any, ...]]:
 
 def summary(steps: list[tuple[Any, ...]]) -> dict[str, Any]:
     """Per bucket: its visits' lengths in steps (a visit: consecutive steps in the bucket),
-    the steps in it that ran at a k other than the block's (after the bucket's first), pairs
-    and unpaired explorations at the end."""
+    the steps in it that ran at a k other than the block's (after the bucket's first), its
+    changes of k inside a visit (each step at a new k is unsettled), pairs and unpaired
+    explorations at the end."""
     from vllm_specdec_plugin.core.step_cost import bucket_label
 
     buckets: dict[str, dict[str, Any]] = {}
-    previous = None
+    previous, previous_k = None, -1
     for batch, k, _, arm, incumbent, pairs, unpaired in steps:
         label = bucket_label(batch.bit_length())
-        found = buckets.setdefault(label, {"visits": [], "steps": 0, "off_block": 0})
+        found = buckets.setdefault(label, {"visits": [], "steps": 0, "off_block": 0,
+                                           "k_changes": 0})
         if label != previous:
             found["visits"].append(0)
         found["visits"][-1] += 1
         found["steps"] += 1
         if arm is not None and label == previous and k != arm:
             found["off_block"] += 1
+        if label == previous and k != previous_k:
+            found["k_changes"] += 1
         found.update(pairs=pairs, unpaired=unpaired, incumbent=incumbent)
-        previous = label
+        previous, previous_k = label, k
     return buckets
 
 
@@ -102,12 +106,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "concurrency": args.concurrency, "tokens": args.tokens,
                     "lengths": "uniform", "runs": runs},
            "steps": len(steps), "off_block": sum(b["off_block"] for b in buckets.values()),
+           "k_changes": sum(b["k_changes"] for b in buckets.values()),
+           "lookup_lag_steps": runtime.controller.lag,
            "buckets": buckets,
            "trace_columns": ["batch", "k", "clean", "block_k", "incumbent", "pairs",
                              "unpaired"],
            "trace": steps}
     write_json(Path(args.out), out, indent=None)
-    print({label: {key: b[key] for key in ("steps", "off_block", "pairs", "unpaired")}
+    print({label: {key: b[key] for key in ("steps", "off_block", "k_changes", "pairs",
+                                           "unpaired")}
            | {"visits": b["visits"][:12]} for label, b in buckets.items()})
     return 0
 

@@ -120,7 +120,9 @@ def in_vllms_async_order(model: str, steps: int = 120, forward_s: float = 0.004)
     """AsyncScheduler driven as vLLM's engine core drives it with a batch queue
     (`step_with_batch_queue`): `schedule(n+1)` before `update_from_output(n)`, one batch in
     flight, each "forward pass" a sleep. The controller must time one engine cycle per step,
-    not the two a schedule-to-update window spans there."""
+    not the two a schedule-to-update window spans there, and find that its lookup writes land
+    two steps late (`schedule(n+2)` runs right after `update(n)`, before the decision thread
+    has taken step n)."""
     import statistics
     import time
 
@@ -148,7 +150,7 @@ def in_vllms_async_order(model: str, steps: int = 120, forward_s: float = 0.004)
         cycles.append(time.perf_counter() - started)
     settle(sched)
     return {"cycle_s": statistics.median(cycles), "step_s": statistics.median(seen[10:]),
-            "measured": len(seen)}
+            "measured": len(seen), "lag": runtime.controller.lag}
 
 
 def counts(model: str, steps: int = 80) -> dict:

@@ -26,10 +26,15 @@ the k it is compared with. A stalled step is left out of its block.
 
 A step is measured only when settled: decode only, at the same k as the step before (a step
 verifies the previous step's drafts); its time is one whole engine cycle, idle gaps left out
-(`ControlledScheduler.observe` in `engine/schedule_runtime.py`). A bucket not seen for `STALE_STEPS`
-engine steps drops its block in progress, back to its incumbent k; an exploration dropped so,
-unpaired, slows its arm's next look (`_unpaired`), so a bucket the traffic only passes through (a
-batch's tail) stops paying for pairs it never completes. Measured: docs/schedule-controller.md.
+(`ControlledScheduler.observe` in `engine/schedule_runtime.py`). vLLM has scheduled the next step
+(two, asynchronously) before a step reaches the controller, so a block's next k is written that
+many steps (`lag`, measured) before the block is full; the steps still in flight count in the
+block they ran in, and the first step at the new k ends it. A bucket not seen for `STALE_STEPS`
+engine steps ends a visit, its block dropped, back to its incumbent. Where visits end (closed
+batches draining) blocks shrink so that a typical visit holds a pair, and an exploration starts
+only where the visit leaves room for one (`ControllerParams.visit_share`; one dropped
+unpaired: `BucketState.end_visit`). Measured:
+docs/schedule-controller.md.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ __all__ = ["BucketState", "ControllerParams", "ScheduleController", "Step"]
 
 LOG_EPS = 1e-12
 STALE_STEPS = 64  # engine steps (any bucket) after which a bucket is stale
+MAX_TAIL = 8  # a bucket's steps at the old k after a write ahead, past which it is written again
 RISE = 1.02  # per step, the most a step-time envelope rises: a lasting slowdown in ~50 steps
 
 
@@ -73,6 +79,11 @@ class ScheduleController:
         self.costs = StepCostTable()
         self.step_index = 0
         self._previous_k = -1
+        self.lag = 1.0
+        """A bucket's steps that still run at the old k after a lookup write (its decayed mean,
+        from each write ahead): vLLM has scheduled the next step before this controller sees
+        the last (1 in the synchronous engine, from the decision thread; 2 in the asynchronous
+        one), so a block's next k is written that many steps before the block is full."""
 
     def prior_k(self, key: int) -> int:
         """The fixed table's k for bucket `key`: its value at the bucket's largest batch size
@@ -98,14 +109,17 @@ class ScheduleController:
         return found
 
     def _new_block(self, state: BucketState, arm: int) -> Block:
-        steps = self.params.block_steps
+        steps = state.block_steps(self.params.block_steps, round(self.lag),
+                                  self.params.visit_share)
         if state.step_time <= 0.0:  # the incumbent's step time is not known yet: by steps
             return Block(arm, state.arms[arm].low, math.inf, steps)
         return Block(arm, state.arms[arm].low, steps * state.step_time, 4 * steps)
 
     def k_for(self, key: int) -> int:
-        """The k the lookup should hold for bucket `key` now."""
-        return self.state(key).block.arm
+        """The k the lookup should hold for bucket `key` now (the next block's, once written
+        ahead)."""
+        block = self.state(key).block
+        return block.arm if block.next < 0 else block.next
 
     def interrupt(self) -> None:
         """A step that is not the controller's (a switchback arm's): the next one of its own
@@ -129,17 +143,23 @@ class ScheduleController:
                 return None
             state = self.state(batch.bit_length())
         if self.step_index - state.last_seen > STALE_STEPS:
-            # The batch was elsewhere a while (the host may have changed meanwhile): the block
-            # in progress and an unpaired exploration are dropped, back to the incumbent.
-            self._unpaired(state)
+            # The batch was elsewhere a while (the host may have changed meanwhile): the visit
+            # ends, its block and an unpaired exploration dropped, back to the incumbent.
+            state.end_visit(self.params.explore_every)
             state.block = self._new_block(state, state.incumbent)
-            state.pending = state.last_incumbent = None
         state.last_seen = self.step_index
+        state.visit += 1
         block = state.block
         if k != block.arm:
+            if k == block.next:  # the k written ahead has landed: the block ended a step ago
+                self.lag += 0.2 * (min(block.tail, MAX_TAIL) - self.lag)
+                return self._close_block(state)
             # The lookup does not hold the block's k (a new bucket still on the table's value
             # for this batch size, a stale one on its exploration k): write it.
-            return (state.key, block.arm)
+            return (state.key, block.arm if block.next < 0 else block.next)
+        ahead = block.next >= 0 and block.next != block.arm
+        if ahead:  # a step vLLM scheduled before the next k was written: still this block's
+            block.tail += 1
         if not settled or seconds <= 0.0:
             return None
         shape = state.shape
@@ -159,12 +179,24 @@ class ScheduleController:
         block.rows += batch
         block.seconds += seconds
         block.drafted += drafted
-        if block.time < block.target and block.steps < block.cap:
-            return None
-        return self._close_block(state)
+        if ahead:  # a write that did not land (the lookup rewritten meanwhile): once more
+            return None if block.tail <= MAX_TAIL else (state.key, block.next)
+        full = block.time >= block.target or block.steps >= block.cap
+        if block.next < 0:
+            lag = round(self.lag)  # full once the steps already scheduled have run?
+            if not full and block.time * (1 + lag / block.steps) < block.target \
+                    and block.steps + lag < block.cap:
+                return None
+            block.next = self._choose_next(state)
+            if block.next != block.arm:  # written now, it lands as the block fills
+                return (state.key, block.next)
+        return self._close_block(state) if full else None
 
     def _close_block(self, state: BucketState) -> tuple[int, int] | None:
-        block, n = state.block, state.block.steps
+        """The block ends: its measure to its arm, a pair where it completes one, and the next
+        block begins at the k chosen ahead (the incumbent, where a pair just switched it).
+        Returns the lookup write that needs (none where the chosen k is already running)."""
+        block, n, old = state.block, state.block.steps, state.incumbent
         estimate = state.arms[block.arm]
         estimate.low = block.low
         state.slowest_low = max(a.low for a in state.arms.values() if a.low < math.inf)
@@ -180,18 +212,23 @@ class ScheduleController:
                 state.step_time + 0.2 * (time - state.step_time))
             state.shape.add(block.rows / n, block.seconds / n)
             if state.pending is not None:
+                explored = state.pending[0]
                 self._paired(state, state.pending, measure)
                 state.pending = None
+                # `_choose_next` counted every wait down before the pair set this arm's (and a
+                # switch every arm's): theirs once more, as though counted after.
+                for key, arm in state.arms.items():
+                    if key == explored or state.incumbent != old:
+                        arm.wait -= 1
             state.last_incumbent = measure if block.arm == state.incumbent else None
-            for arm in state.arms.values():
-                arm.wait -= 1
         else:
             state.explore_steps += n
             if state.last_incumbent is not None:
                 state.pending = (block.arm, measure, state.last_incumbent)
-        k = self._next_arm(state)
+        running = block.next if block.next >= 0 else block.arm
+        k = state.incumbent if state.incumbent != old or block.next < 0 else block.next
         state.block = self._new_block(state, k)
-        return (state.key, k) if k != block.arm else None
+        return (state.key, k) if k != running else None
 
     def _paired(self, state: BucketState, pending: tuple[int, Measure, Measure],
                 after: Measure) -> None:
@@ -209,21 +246,6 @@ class ScheduleController:
             self._switch(state, arm)
             return
         estimate.gap = estimate.wait = self._pace(estimate, verdict)
-
-    def _unpaired(self, state: BucketState) -> None:
-        """An exploration that ran but will never be paired (its bucket went stale first: a
-        bucket the traffic only passes through, such as a batch's tail) cost its steps and told
-        nothing: its arm waits twice as long for its next look (up to `explore_every_max`), so
-        a bucket whose visits are too short for a pair stops spending them on exploration; it
-        keeps its incumbent, or the k its decided neighbours carry to it."""
-        arm = state.pending[0] if state.pending is not None else state.block.arm
-        if arm == state.incumbent or (state.pending is None and not state.block.steps):
-            return
-        state.explore_steps += state.block.steps if state.pending is None else 0
-        state.unpaired += 1
-        estimate, p = state.arms[arm], self.params
-        estimate.gap = estimate.wait = min(max(estimate.gap * 2, p.explore_every),
-                                           p.explore_every_max)
 
     def _pace(self, estimate: ArmEstimate, verdict: int) -> int:
         """Incumbent blocks until the arm's next exploration. Once its CUSUM is half way up
@@ -285,17 +307,24 @@ class ScheduleController:
                 k = new
         return k
 
-    def _next_arm(self, state: BucketState) -> int:
-        """Explore right after an incumbent block only (so an exploration block has incumbent
-        blocks on both sides), and one arm at a time, taking turns."""
-        if state.block.arm != state.incumbent or state.pending is not None:
+    def _choose_next(self, state: BucketState) -> int:
+        """The k of the block after this one, chosen as it fills. Explore right after an
+        incumbent block only (so an exploration block has incumbent blocks on both sides),
+        one arm at a time, taking turns; not the arm whose pair this block completes (its
+        pace is the pair's, set at the block's end)."""
+        if state.block.arm != state.incumbent:
             return state.incumbent
-        if state.last_incumbent is None:
-            return state.incumbent
+        for estimate in state.arms.values():
+            estimate.wait -= 1
+        lag, p = round(self.lag), self.params
+        if not state.room_for_pair(state.block_steps(p.block_steps, lag, p.visit_share), lag,
+                                   p.visit_share):
+            return state.incumbent  # the visit would end before the pair: not worth a look
+        pending = state.pending[0] if state.pending is not None else None
         for _ in range(len(state.turn)):
             arm = state.turn.pop(0)
             state.turn.append(arm)
-            if state.arms[arm].wait <= 0:
+            if state.arms[arm].wait <= 0 and arm != pending:
                 return arm
         return state.incumbent
 

@@ -9,6 +9,7 @@ from typing import NamedTuple
 from vllm_specdec_plugin.core.arm_stats import ArmEstimate, BatchShape
 
 HISTORY_MAX = 64
+MIN_BLOCK_STEPS = 3
 
 
 class Step(NamedTuple):
@@ -31,15 +32,18 @@ class Step(NamedTuple):
 
 class Block:
     """The block in progress in one bucket: its k, sums over its settled steps, its arm's
-    step-time envelope, a stall seen, when it ends. Slots: it is updated on every step."""
+    step-time envelope, a stall seen, when it ends, the k chosen to follow it (`next`, -1 not
+    yet; written into the lookup ahead of the block's end when it differs) and the block's
+    steps seen since (`tail`). Slots: it is updated on every step."""
 
     __slots__ = ("arm", "steps", "yields", "time", "rows", "seconds", "drafted", "low",
-                 "stalled", "target", "cap")
+                 "stalled", "target", "cap", "next", "tail")
 
     def __init__(self, arm: int, low: float, target: float, cap: int) -> None:
         self.arm, self.low, self.target, self.cap = arm, low, target, cap
-        self.steps = self.rows = self.drafted = self.stalled = 0
+        self.steps = self.rows = self.drafted = self.stalled = self.tail = 0
         self.yields = self.time = self.seconds = 0.0
+        self.next = -1
 
 
 Measure = tuple[float, float, float]  # a closed block: sum of yield per row, time, row-steps
@@ -69,9 +73,45 @@ class BucketState:
     """The highest arm envelope: one stall threshold for every arm (see `outlier`)."""
     explore_steps: int = 0
     unpaired: int = 0
-    """Explorations dropped unpaired when the bucket went stale (`_unpaired`)."""
+    """Explorations dropped unpaired when the bucket went stale (`end_visit`)."""
+    visit: int = 0
+    """The bucket's steps since it was last stale (its visit so far)."""
+    visits: float = 0.0
+    """Its visits' length in steps (a decayed mean; 0: none has ended yet, as in steady
+    traffic, where the batch stays in one bucket)."""
     turn: list[int] = field(default_factory=list)
     decision: tuple[int, int] | None = None
     """(old, new) incumbent of the bucket's last switch of its own; None: none yet."""
     history: list[tuple[int, int]] = field(default_factory=list)
     """(the bucket's measured steps then, the new incumbent) per switch, `HISTORY_MAX` first."""
+
+    def end_visit(self, explore_every: int) -> None:
+        """The bucket went stale: its visit ended. An exploration that ran but will never be
+        paired (a visit shorter than most) cost its steps and told nothing: counted, and its
+        arm waits its gap again (the caller drops the block). Where visits are too short for a
+        pair none starts (`room_for_pair`); doubling the wait instead (the rule before) stopped
+        a bucket whose visits vary (10-49 steps) from exploring after a few short ones."""
+        self.visits = self.visit if not self.visits else self.visits + 0.25 * (
+            self.visit - self.visits)
+        self.visit = 0
+        arm = self.pending[0] if self.pending is not None else self.block.arm
+        if arm != self.incumbent and (self.pending is not None or self.block.steps):
+            self.explore_steps += self.block.steps if self.pending is None else 0
+            self.unpaired += 1
+            estimate = self.arms[arm]
+            estimate.wait = max(estimate.gap, explore_every)
+        self.pending = self.last_incumbent = None
+
+    def block_steps(self, most: int, lag: int, share: float) -> int:
+        """Steps a block lasts: `most`, or fewer where visits end, so that `share` of a
+        typical visit holds a pair (three blocks and two changes of k, each `lag` + 1 steps),
+        at least `MIN_BLOCK_STEPS`."""
+        if not self.visits:
+            return most
+        return max(MIN_BLOCK_STEPS, min(most, (int(share * self.visits) - 2 * (lag + 1)) // 3))
+
+    def room_for_pair(self, steps: int, lag: int, share: float) -> bool:
+        """Whether an exploration chosen now (`lag` steps before this block ends) is paired
+        within `share` of a typical visit: it and the incumbent block after it, with their
+        changes of k (always, where visits do not end)."""
+        return not self.visits or self.visit + lag + 2 * (steps + 1) <= share * self.visits

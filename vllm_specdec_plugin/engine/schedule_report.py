@@ -64,13 +64,14 @@ def snapshot(controller: ScheduleController, switchback: Switchback | None, own_
         buckets[bucket_label(key)] = {
             "k": state.incumbent, "prior": state.prior, "block_k": state.block.arm,
             "steps": state.steps, "explore_steps": state.explore_steps,
-            "unpaired": state.unpaired, "stalls": state.stalls,
+            "unpaired": state.unpaired, "stalls": state.stalls, "visit_steps": state.visits,
             "switches": state.switches, "history": state.history, "gain": gains}
     return {"model_name": model_name, "k_set": list(controller.k_set), "buckets": buckets,
             "overhead_us_per_step": 1e6 * own_s / steps if steps else None,
             "snapshot_us_per_step": 1e6 * report_s / steps if steps else None,
             "decide_us_per_step": 1e6 * decide_s / steps if steps else None,
-            "steps": steps, "step_costs": controller.costs.summary(),
+            "steps": steps, "lookup_lag_steps": controller.lag,
+            "step_costs": controller.costs.summary(),
             "switchback": switchback.report() if switchback is not None else None}
 
 

@@ -4,7 +4,8 @@
 accepts all k drafts with probability p or none, so at batch 1 a step yields 1 or 1 + k tokens
 (one pair's log ratio then spreads about +-0.4); a step takes `base` (plus `switch` of it when it
 drafts) plus `per_token` per verified token, times ~10% lognormal noise and a slowly drifting
-host. p per k is set so that each k's tokens/s against k=0 is the gain asked for. Seeds fixed.
+host. p per k is set so that each k's tokens/s against k=0 is the gain asked for. A lookup write
+lands `lag` steps late, as in vLLM (one step in the synchronous engine). Seeds fixed.
 """
 
 from __future__ import annotations
@@ -46,8 +47,13 @@ class Traffic:
 
     def __init__(self, seed: int, gains: dict[int, float], batch: int, base: float = 0.012,
                  per_token: float = 0.00002, switch: float = 0.1, noise: float = 0.10,
-                 host: Callable[[int], float] = sine_host) -> None:
+                 host: Callable[[int], float] = sine_host, lag: int = 1) -> None:
         self.rng = random.Random(seed)
+        self.lag = lag
+        """Steps a lookup write comes late: vLLM has scheduled the next step before the
+        controller sees the last (1: the synchronous engine with the decision thread)."""
+        self.writes: list[tuple[int, int, int]] = []
+        """(the step it lands at, bucket, k) of each write not landed yet."""
         self.base, self.per_token, self.switch, self.noise = base, per_token, switch, noise
         self.host = host
         self.accept = self.acceptance(gains, batch)
@@ -71,8 +77,13 @@ class Traffic:
         return accept
 
     def step(self, batch: int) -> Step:
-        k = self.lookup[batch]
         self.t += 1
+        while self.writes and self.writes[0][0] <= self.t:
+            _, key, k = self.writes.pop(0)
+            low, high = bucket_bounds(key)
+            for b in range(low, min(high, len(self.lookup) - 1) + 1):
+                self.lookup[b] = k
+        k = self.lookup[batch]
         rng, p = self.rng, self.accept[k]
         accepted = sum(1 for _ in range(batch) if rng.random() < p) if k else 0
         seconds = self.seconds(batch, k) * self.host(self.t) * math.exp(rng.gauss(0.0,
@@ -85,10 +96,7 @@ class Traffic:
     def write(self, change: tuple[int, int] | None) -> None:
         if change is None:
             return
-        key, k = change
-        low, high = bucket_bounds(key)
-        for b in range(low, min(high, len(self.lookup) - 1) + 1):
-            self.lookup[b] = k
+        self.writes.append((self.t + 1 + self.lag, *change))
 
     def run(self, controller: ScheduleController, batches: int | Iterator[int],
             steps: int) -> None:
@@ -198,10 +206,10 @@ def test_a_stale_bucket_returns_to_its_incumbent():
     controller, engine = learn(1, NEUTRAL, 32, 0)
     state = controller.state(bucket(32))
     engine.run(controller, 32, 60)
-    while state.block.arm == state.incumbent:
+    while state.block.arm == state.incumbent or state.block.next >= 0:  # (not yet ending)
         engine.write(controller.observe(engine.step(32)))
     exploring = state.block.arm
-    assert engine.lookup[32] == exploring != state.incumbent
+    assert engine.lookup[32] == exploring != state.incumbent and not engine.writes
     engine.run(controller, 4, STALE_STEPS + 1)  # elsewhere
     first = controller.observe(engine.step(32))
     assert first == (bucket(32), state.incumbent)
@@ -209,10 +217,13 @@ def test_a_stale_bucket_returns_to_its_incumbent():
     ran: Counter[int] = Counter()
     for _ in range(50):  # bursts of 3 steps, each after a long absence
         for _ in range(3):
-            ran[engine.lookup[32]] += 1
-            engine.write(controller.observe(engine.step(32)))
+            step = engine.step(32)
+            ran[step.k] += 1
+            engine.write(controller.observe(step))
         engine.run(controller, 4, STALE_STEPS + 1)
-    assert ran == {state.incumbent: 150} and engine.lookup[32] == state.incumbent
+    # (the first `lag` steps back ran before the rewrite landed)
+    assert ran == {state.incumbent: 150 - engine.lag, exploring: engine.lag}
+    assert engine.lookup[32] == state.incumbent
 
 
 def test_batch_jumps_inside_a_bucket():
@@ -287,16 +298,18 @@ def test_adaptation_time_at_batch_32():
 
 def test_adaptation_time_at_batch_one():
     """At batch 1 k=5 wins by 40%, then the traffic stops repeating (k=5 accepts nothing: k=0
-    wins by 10%), or the reverse: the bucket moves within 5000 steps on every one of 10 seeds,
-    median at most 2750 and 1250 (measured over 20: median 2520, at most 6732 when k=5 stops
-    accepting; median 917, at most 1616 when it starts; over these 10: 2275 and 927). An arm's
-    exploration gap at most doubling or halving per pair is what keeps the first median there
-    (3097 without: arms that probably lose went to rare looks at once, and a change is seen
-    only at the next look)."""
-    for (before, after, start), median in ((({2: 1.2, 5: 1.4}, {2: 0.92, 5: 0.905}, 5), 2750),
+    wins by 10%), or the reverse: the bucket moves within 6000 steps on every one of 20 seeds,
+    median at most 3000 and 1250 (measured with the lookup written a step late, as vLLM reads
+    it: median 2648, at most 5076 when k=5 stops accepting; median 968, at most 2416 when it
+    starts; 3189 / 6006 and 1267 / 2899 when each block's next k was written only at its end,
+    so the step in flight and the first one at the new k were both lost to every block). An
+    arm's exploration gap at most doubling or halving per pair is what keeps the first median
+    there (arms that probably lose would otherwise go to rare looks at once, and a change is
+    seen only at the next look)."""
+    for (before, after, start), median in ((({2: 1.2, 5: 1.4}, {2: 0.92, 5: 0.905}, 5), 3000),
                                            (({2: 0.92, 5: 0.905}, {2: 1.2, 5: 1.4}, 0), 1250)):
-        times = [adaptation(seed, 1, before, after, start, 8000) for seed in range(10)]
-        assert all(t is not None and t <= 5000 for t in times), times
+        times = [adaptation(seed, 1, before, after, start, 8000) for seed in range(20)]
+        assert all(t is not None and t <= 6000 for t in times), times
         assert statistics.median(t for t in times if t is not None) <= median, times
 
 

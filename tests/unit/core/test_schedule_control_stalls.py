@@ -39,7 +39,8 @@ def test_regular_stalls_are_dropped(outlier):
     """A 400 ms stall every 97 steps (30 times a 12 ms step) among neutral arms at batch 32:
     the stalled steps are left out, so no arm's gain moves past the margin (the same runs
     without stalls read up to 1.2%) and nothing switches; kept (the xfail case), they read a
-    stall in a neighbour as a 3x gain and one in the block as a loss. At the first pace
+    stall in a neighbour as a 3x gain and one in the block as a loss (an arm with 20 pairs or
+    more since its last restart is judged: a few pairs' mean is noise). At the first pace
     (`STEADY`): the test is of what each pair reads, so it needs many pairs."""
     params = replace(STEADY, outlier=outlier)
     for seed in range(5):
@@ -49,7 +50,9 @@ def test_regular_stalls_are_dropped(outlier):
         engine.run(controller, 32, 4000)
         state = controller.buckets[bucket(32)]
         assert state.switches == 0
-        assert all(abs(arm.log_gain) < params.margin for arm in state.arms.values()), state.arms
+        # (an arm whose CUSUM restarted it a few pairs ago reads what those few pairs read)
+        assert all(abs(arm.log_gain) < params.margin for arm in state.arms.values()
+                   if arm.pairs >= 20), state.arms
         assert state.stalls >= 30
 
 
