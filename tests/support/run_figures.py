@@ -156,3 +156,103 @@ RUN_CLAIMS.append(
     (CONTROLLER_PAGE, r"Over (\d+) runs the visits to 16-31 lasted (\d+) to (\d+) steps \(median "
      r"(\d+)\), and it paired (\w+) of its (\d+) explorations\. And (\d+) of (\d+) steps "
      r"\((\d+)%\) ran at a k other", bucket_visits))
+
+
+def k_changes(trace: list[list]) -> int:
+    """Steps of a `bucket_visits` trace at another k than the step before, in one visit."""
+    return sum(1 for before, step in zip(trace, trace[1:], strict=False)
+               if before[0].bit_length() == step[0].bit_length() and before[1] != step[1])
+
+
+def write_ahead() -> tuple[str, ...]:
+    """`bucket_visits` before (3503048) and after the write ahead (b90a005): runs, steps off
+    their block after and before, k changes before and after, the lag, explorations dropped
+    in all buckets before and after, 16-31's pairs and drops after and before, its visits."""
+    import statistics
+
+    old, new = (result(name) for name in ("bucket-visits-multi-turn-c16",
+                                          "bucket-visits-multi-turn-c16-write-ahead"))
+    top, was = new["buckets"]["16-31"], old["buckets"]["16-31"]
+    dropped = [sum(b["unpaired"] for b in found["buckets"].values()) for found in (old, new)]
+    return (str(new["meta"]["runs"]), str(new["off_block"]), str(new["steps"]),
+            str(old["off_block"]), str(old["steps"]), str(k_changes(old["trace"])),
+            str(k_changes(new["trace"])), f"{new['lookup_lag_steps']:.1f}", str(dropped[0]),
+            str(dropped[1]), str(top["pairs"]), str(was["pairs"]), str(top["unpaired"]),
+            str(was["unpaired"]), str(min(top["visits"])), str(max(top["visits"])),
+            f"{statistics.median(top['visits']):.0f}")
+
+
+RUN_CLAIMS.append(
+    (CONTROLLER_PAGE, r"Over (\d+) runs, (\d+) of (\d+) steps ran at a k other than their "
+     r"bucket's block \((\d+) of (\d+) before\), and the steps at a new k \(unsettled, one per "
+     r"change\) fell from (\d+) to (\d+)\. The controller measured the lag at ([\d.]+) step\. "
+     r"Explorations dropped unpaired fell from (\d+) to (\d+) over the five buckets; 16-31 "
+     r"paired (\d+) \((\d+) before\) and dropped (\d+) \((\d+)\), with visits of (\d+) to (\d+) "
+     r"steps \(median (\d+)\)", write_ahead))
+
+
+AHEAD = "controller-runs-steady-c16-c32-uniform-write-ahead"
+
+
+def within(name: str, share: float = RUN_PAIRS_MARGIN) -> str:
+    """Controller cells whose best fixed k's point is at least `share`."""
+    return str(sum(best_ratio(c) >= share for c in controller_cells(name)))
+
+
+def geometric_mean(name: str) -> str:
+    import math
+
+    ratios = [best_ratio(c) for c in controller_cells(name)]
+    return f"{math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}"
+
+
+def cell_best(name: str, workload: str, concurrency: int, interval: bool = False) -> str:
+    cell = next(c for c in controller_cells(name)
+                if (c["workload"], c["concurrency"]) == (workload, concurrency))
+    e = min(cell["against_last"].values(), key=lambda e: e["ratio"])
+    return f"{e['ratio']:.3f} [{e['low']:.3f}, {e['high']:.3f}]" if interval \
+        else f"{e['ratio']:.3f}"
+
+
+def shares_at(name: str, label: str) -> tuple[str, str]:
+    """The lowest and highest share of `label`'s steps explored over the run's cells, in %."""
+    shares = [c["explore_share"][label] for c in controller_cells(name)]
+    return f"{100 * min(shares):.0f}", f"{100 * max(shares):.0f}"
+
+
+RUN_CLAIMS.extend([
+    (CONTROLLER_PAGE, r"\*\*(\d+) of (\d+) cells met\*\* by the interval's low end \("
+     r"input_grounded and open_ended at 16\), (\d+) in\s+the run before\. By the point the "
+     r"controller is within 2% of the best fixed k in (\d+) of 8\s+cells \((\d+) before\), "
+     r"and over the 8 cells the geometric mean of best fixed k / controller rose\s+from "
+     r"([\d.]+) to ([\d.]+)\. Against k=0 it is faster in every cell by the point "
+     r"\(([\d.]+) to ([\d.]+)\)",
+     lambda: (*run_pairs_met(AHEAD), run_pairs_met(C16_C32)[0], within(AHEAD), within(C16_C32),
+              geometric_mean(C16_C32), geometric_mean(AHEAD), *k0_range(AHEAD))),
+    (CONTROLLER_PAGE, r"The A/A beside it \(k0 against k0, open_ended, c=32, this run\) read "
+     r"(\S+ \[\S+ \S+\])\.", lambda: (run_pairs_aa(AHEAD),)),
+    (CONTROLLER_PAGE, r"multi_turn still misses, by ([\d.]+)% at c=16 and ([\d.]+)% at c=32\*\* "
+     r"\(([\d.]+)% and ([\d.]+)% before\)",
+     lambda: losses(AHEAD, "multi_turn") + losses(C16_C32, "multi_turn")),
+    (CONTROLLER_PAGE, r"input_grounded reads above 1 by the point in both cells\*\* \(([\d.]+) "
+     r"and ([\d.]+), against\s+([\d.]+) and ([\d.]+) before\)",
+     lambda: tuple(cell_best(n, "input_grounded", c) for n in (AHEAD, C16_C32)
+                   for c in (16, 32))),
+    (CONTROLLER_PAGE, r"miss by their interval now\*\*: (\S+\s+\[\S+ \S+\]) and (\S+ \[\S+ \S+\]); "
+     r"each earlier point \(([\d.]+) and ([\d.]+)\)",
+     lambda: (cell_best(AHEAD, "open_ended", 32, True), cell_best(AHEAD, "mt_bench", 32, True),
+              cell_best(C16_C32, "open_ended", 32), cell_best(C16_C32, "mt_bench", 32))),
+    (CONTROLLER_PAGE, r"mt_bench at\s+c=16 misses in both runs \(([\d.]+) now, ([\d.]+) before\)",
+     lambda: (cell_best(AHEAD, "mt_bench", 16), cell_best(C16_C32, "mt_bench", 16))),
+    (CONTROLLER_PAGE, r"The batch-1 bucket explores less \((\d+)-(\d+)% of its steps against "
+     r"(\d+)-(\d+)% before\)", lambda: shares_at(AHEAD, "1-1") + shares_at(C16_C32, "1-1")),
+])
+
+RUN_CLAIMS.append(
+    ("README.md", r"it meets the target in (\d+) of (\d+) cells \((\d+) in the run before\), is "
+     r"within 2% by the point in (\d+) of\s+8, and the geometric mean of best fixed k / "
+     r"controller rose from ([\d.]+) to ([\d.]+); multi_turn\s+still misses, by ([\d.]+)% and "
+     r"([\d.]+)% \(([\d.]+)% and ([\d.]+)% before\)",
+     lambda: (*run_pairs_met(AHEAD), run_pairs_met(C16_C32)[0], within(AHEAD),
+              geometric_mean(C16_C32), geometric_mean(AHEAD), *losses(AHEAD, "multi_turn"),
+              *losses(C16_C32, "multi_turn"))))

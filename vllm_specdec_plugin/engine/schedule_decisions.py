@@ -7,9 +7,10 @@ GIL hand-off on the engine thread at every step. Measured in an engine (vllm-cpu
 docs/schedule-controller.md, "Its own cost"): the engine thread's path cost 41-45 µs a step
 with `queue.SimpleQueue` waking the thread, 32-35 µs with everything on the engine thread, and
 13-16 µs with this poll. The thread looks every `POLL_S` while steps come, so a decision lands
-a few milliseconds (a step or less) after its step; vLLM's `schedule()` reads the old or the
-new k of a bucket, never a mix (one list-slice store), and a step run at a k other than its
-block's is not measured (`ScheduleController.observe` in `core/schedule_control.py`).
+a few milliseconds after its step, by when vLLM has scheduled the next one (two, asynchronously):
+the controller measures that lag and writes a block's next k that many steps ahead
+(`ScheduleController.lag` in `core/schedule_control.py`). vLLM's `schedule()` reads the old or
+the new k of a bucket, never a mix (one list-slice store).
 """
 
 from __future__ import annotations
