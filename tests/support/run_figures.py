@@ -256,3 +256,35 @@ RUN_CLAIMS.append(
      lambda: (*run_pairs_met(AHEAD), run_pairs_met(C16_C32)[0], within(AHEAD),
               geometric_mean(C16_C32), geometric_mean(AHEAD), *losses(AHEAD, "multi_turn"),
               *losses(C16_C32, "multi_turn"))))
+
+C4, C4_AHEAD = "controller-runs-steady-c4-uniform", "controller-runs-steady-c4-uniform-write-ahead"
+RUN_CLAIMS.extend([
+    (CONTROLLER_PAGE, r"The A/A beside it \(k0 against k0, open_ended, c=4, this run\) read "
+     r"(\S+ \[\S+ \S+\])\.", lambda: (run_pairs_aa(C4_AHEAD),)),
+    (CONTROLLER_PAGE, r"input_grounded no longer misses at c=4: ([\d.]+)\*\* (\[\S+ \S+\]) against "
+     r"fixed k=5 \((\S+ \[\S+ \S+\]) before\)",
+     lambda: (cell_best(C4_AHEAD, "input_grounded", 4),
+              cell_best(C4_AHEAD, "input_grounded", 4, True).split(" ", 1)[1],
+              cell_best(C4, "input_grounded", 4, True))),
+    (CONTROLLER_PAGE, r"\*\*(\d+) of (\d+) cells met\*\* by the interval's low end, as before "
+     r"\(open_ended then, input_grounded\s+now\).*?geometric mean of best fixed k / controller "
+     r"rose from ([\d.]+) to ([\d.]+)\.",
+     lambda: (*run_pairs_met(C4_AHEAD), geometric_mean(C4), geometric_mean(C4_AHEAD))),
+    (CONTROLLER_PAGE, r"mt_bench \(([\d.]+), an interval (\d+) points wide\) and multi_turn "
+     r"\(([\d.]+)\) kept the table's k=2", lambda: (
+         cell_best(C4_AHEAD, "mt_bench", 4), interval_points(C4_AHEAD, "mt_bench", 4),
+         cell_best(C4_AHEAD, "multi_turn", 4))),
+])
+
+
+def interval_points(name: str, workload: str, concurrency: int) -> str:
+    """The width of a cell's best-fixed-k interval, in points (hundredths)."""
+    cell = next(c for c in controller_cells(name)
+                if (c["workload"], c["concurrency"]) == (workload, concurrency))
+    e = min(cell["against_last"].values(), key=lambda e: e["ratio"])
+    return f"{100 * (e['high'] - e['low']):.0f}"
+
+RUN_CLAIMS.append(
+    ("README.md", r"input_grounded reads (\S+ \[\S+ \S+\]) against fixed k=5 \((\S+ \[\S+ \S+\]) "
+     r"before\)", lambda: (cell_best(C4_AHEAD, "input_grounded", 4, True),
+                           cell_best(C4, "input_grounded", 4, True))))
