@@ -58,8 +58,9 @@ class ControllerParams:
     10-49 steps, then none for a few hundred), blocks are shortened so that this share of its
     mean visit holds a pair, and an exploration starts only while that share of the visit
     leaves room for it. On the synthetic engine (visits of 10-49 steps, k=5 12% ahead, 20
-    seeds): at 0.75 k=5 found on 20 seeds, median 4378 steps; at 1.0 on 15, median 3611; with
-    full blocks and no such rule 16, median 4297 (tests/unit/core/test_schedule_control_lag.py)."""
+    seeds, 20000 steps): at 0.75 k=5 found on 20 seeds, median 4378 steps; at 1.0 on 15,
+    median 3611; with full blocks and no such rule 16, median 4297
+    (tests/unit/core/test_schedule_control_pace.py)."""
     outlier: float = 5.0
     """A step slower than this many times the slowest arm's step-time envelope (a low running
     quantile) is a stall, left out of its block, yield and time alike. One threshold for all
