@@ -159,9 +159,11 @@ RUN_CLAIMS.append(
 
 
 def k_changes(trace: list[list]) -> int:
-    """Steps of a `bucket_visits` trace at another k than the step before, in one visit."""
-    return sum(1 for before, step in zip(trace, trace[1:], strict=False)
-               if before[0].bit_length() == step[0].bit_length() and before[1] != step[1])
+    """Steps of a `bucket_visits` trace at another k than the step before, in one visit (the
+    probe's own count, made again from the trace: the file before it lacks the field)."""
+    from benchmarks.probes.bucket_visits import summary
+
+    return sum(b["k_changes"] for b in summary([tuple(step) for step in trace]).values())
 
 
 def write_ahead() -> tuple[str, ...]:
@@ -206,12 +208,23 @@ def geometric_mean(name: str) -> str:
     return f"{math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}"
 
 
-def cell_best(name: str, workload: str, concurrency: int, interval: bool = False) -> str:
+def best_entry(name: str, workload: str, concurrency: int) -> dict:
+    """A controller cell's best fixed k: its `against_last` entry with the lowest ratio."""
     cell = next(c for c in controller_cells(name)
                 if (c["workload"], c["concurrency"]) == (workload, concurrency))
-    e = min(cell["against_last"].values(), key=lambda e: e["ratio"])
+    return min(cell["against_last"].values(), key=lambda e: e["ratio"])
+
+
+def cell_best(name: str, workload: str, concurrency: int, interval: bool = False) -> str:
+    e = best_entry(name, workload, concurrency)
     return f"{e['ratio']:.3f} [{e['low']:.3f}, {e['high']:.3f}]" if interval \
         else f"{e['ratio']:.3f}"
+
+
+def interval_points(name: str, workload: str, concurrency: int) -> str:
+    """The width of a cell's best-fixed-k interval, in points (hundredths)."""
+    e = best_entry(name, workload, concurrency)
+    return f"{100 * (e['high'] - e['low']):.0f}"
 
 
 def shares_at(name: str, label: str) -> tuple[str, str]:
@@ -276,13 +289,6 @@ RUN_CLAIMS.extend([
          cell_best(C4_AHEAD, "multi_turn", 4))),
 ])
 
-
-def interval_points(name: str, workload: str, concurrency: int) -> str:
-    """The width of a cell's best-fixed-k interval, in points (hundredths)."""
-    cell = next(c for c in controller_cells(name)
-                if (c["workload"], c["concurrency"]) == (workload, concurrency))
-    e = min(cell["against_last"].values(), key=lambda e: e["ratio"])
-    return f"{100 * (e['high'] - e['low']):.0f}"
 
 RUN_CLAIMS.append(
     ("README.md", r"input_grounded reads (\S+ \[\S+ \S+\]) against fixed k=5 \((\S+ \[\S+ \S+\]) "
