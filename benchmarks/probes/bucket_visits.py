@@ -50,7 +50,9 @@ def summary(steps: list[tuple[Any, ...]]) -> dict[str, Any]:
     """Per bucket: its visits' lengths in steps (a visit: consecutive steps in the bucket),
     the steps in it that ran at a k other than the block's (after the bucket's first), its
     changes of k inside a visit (each step at a new k is unsettled), pairs and unpaired
-    explorations at the end."""
+    explorations at the end, and over the run its pairs completed (`paired`: the pairs count
+    rising, or falling, as a switch or a changed arm restarts it at the pair that did so) and
+    its switches (changes of incumbent)."""
     from vllm_specdec_plugin.core.step_cost import bucket_label
 
     buckets: dict[str, dict[str, Any]] = {}
@@ -58,7 +60,7 @@ def summary(steps: list[tuple[Any, ...]]) -> dict[str, Any]:
     for batch, k, _, arm, incumbent, pairs, unpaired in steps:
         label = bucket_label(batch.bit_length())
         found = buckets.setdefault(label, {"visits": [], "steps": 0, "off_block": 0,
-                                           "k_changes": 0})
+                                           "k_changes": 0, "paired": 0, "switches": 0})
         if label != previous:
             found["visits"].append(0)
         found["visits"][-1] += 1
@@ -67,7 +69,12 @@ def summary(steps: list[tuple[Any, ...]]) -> dict[str, Any]:
             found["off_block"] += 1
         if label == previous and k != previous_k:
             found["k_changes"] += 1
-        found.update(pairs=pairs, unpaired=unpaired, incumbent=incumbent)
+        if arm is not None and "pairs" in found:
+            before = found["pairs"]
+            found["paired"] += pairs - before if pairs >= before else 1
+            found["switches"] += incumbent != found["incumbent"]
+        if arm is not None:
+            found.update(pairs=pairs, unpaired=unpaired, incumbent=incumbent)
         previous, previous_k = label, k
     return buckets
 
@@ -114,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
            "trace": steps}
     write_json(Path(args.out), out, indent=None)
     print({label: {key: b[key] for key in ("steps", "off_block", "k_changes", "pairs",
-                                           "unpaired")}
+                                           "unpaired", "paired", "switches")}
            | {"visits": b["visits"][:12]} for label, b in buckets.items()})
     return 0
 

@@ -30,11 +30,10 @@ verifies the previous step's drafts); its time is one whole engine cycle, idle g
 (two, asynchronously) before a step reaches the controller, so a block's next k is written that
 many steps (`lag`, measured) before the block is full; the steps still in flight count in the
 block they ran in, and the first step at the new k ends it. A bucket not seen for `STALE_STEPS`
-engine steps ends a visit, its block dropped, back to its incumbent. Where visits end (closed
-batches draining) blocks shrink so that a typical visit holds a pair, and an exploration starts
-only where the visit leaves room for one (`ControllerParams.visit_share`; one dropped
-unpaired: `BucketState.end_visit`). Measured:
-docs/schedule-controller.md.
+engine steps ends a visit, back to its incumbent (`_end_visit`). Where visits end (closed batches
+draining) blocks shrink to fit a pair in a typical visit (`ControllerParams.visit_share`), an
+exploration starts where the visit leaves room for it, and its pair may end in the next visit.
+Measured: docs/schedule-controller.md.
 """
 
 from __future__ import annotations
@@ -46,6 +45,7 @@ from vllm_specdec_plugin.core.arm_stats import CUSUM_H, ArmEstimate, BatchShape,
 from vllm_specdec_plugin.core.schedule_params import CONTROLLER_DEFAULTS, ControllerParams
 from vllm_specdec_plugin.core.schedule_state import (
     HISTORY_MAX,
+    MIN_BLOCK_STEPS,
     Block,
     BucketState,
     Measure,
@@ -143,10 +143,7 @@ class ScheduleController:
                 return None
             state = self.state(batch.bit_length())
         if self.step_index - state.last_seen > STALE_STEPS:
-            # The batch was elsewhere a while (the host may have changed meanwhile): the visit
-            # ends, its block and an unpaired exploration dropped, back to the incumbent.
-            state.end_visit(self.params.explore_every)
-            state.block = self._new_block(state, state.incumbent)
+            self._end_visit(state)
         state.last_seen = self.step_index
         state.visit += 1
         block = state.block
@@ -191,6 +188,19 @@ class ScheduleController:
             if block.next != block.arm:  # written now, it lands as the block fills
                 return (state.key, block.next)
         return self._close_block(state) if full else None
+
+    def _end_visit(self, state: BucketState) -> None:
+        """The batch was elsewhere a while: back to the incumbent. A block of `MIN_BLOCK_STEPS`
+        or more that a pair needs closes as it stands (an exploration after an incumbent block,
+        paired in the next visit; the incumbent block after one); any other is dropped."""
+        block = state.block
+        if block.steps >= MIN_BLOCK_STEPS and (
+                state.pending is not None if block.arm == state.incumbent
+                else state.pending is None and state.last_incumbent is not None):
+            block.next = state.incumbent
+            self._close_block(state)
+        state.end_visit(self.params.explore_every)
+        state.block = self._new_block(state, state.incumbent)
 
     def _close_block(self, state: BucketState) -> tuple[int, int] | None:
         """The block ends: its measure to its arm, a pair where it completes one, and the next
@@ -317,9 +327,8 @@ class ScheduleController:
         for estimate in state.arms.values():
             estimate.wait -= 1
         lag, p = round(self.lag), self.params
-        if not state.room_for_pair(state.block_steps(p.block_steps, lag, p.visit_share), lag,
-                                   p.visit_share):
-            return state.incumbent  # the visit would end before the pair: not worth a look
+        if not state.room_for_exploration(p.block_steps, lag, p.visit_share):
+            return state.incumbent  # the visit would end before it is measured
         pending = state.pending[0] if state.pending is not None else None
         for _ in range(len(state.turn)):
             arm = state.turn.pop(0)

