@@ -21,6 +21,7 @@ from support.run_figures import (
     run_pairs_met,
     step_trace,
 )
+from support.visit_figures import VISIT_CLAIMS
 
 
 def pooled_medians(name: str) -> list[float]:
@@ -268,4 +269,4 @@ CLAIMS = [
     Claim("docs/adaptive.md", r"`none` against itself fails them in (\d+) of (\d+) cells",
           aa_misses_adaptive_target),
 ]
-CLAIMS += [Claim(*claim) for claim in (*RUN_CLAIMS, *COST_CLAIMS)]
+CLAIMS += [Claim(*claim) for claim in (*RUN_CLAIMS, *COST_CLAIMS, *VISIT_CLAIMS)]
