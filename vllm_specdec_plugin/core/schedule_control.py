@@ -199,7 +199,7 @@ class ScheduleController:
                 else state.pending is None and state.last_incumbent is not None):
             block.next = state.incumbent
             self._close_block(state)
-        state.end_visit(self.params.explore_every)
+        state.end_visit(self.params.explore_every, self.step_index - state.last_seen)
         state.block = self._new_block(state, state.incumbent)
 
     def _close_block(self, state: BucketState) -> tuple[int, int] | None:

@@ -10,6 +10,13 @@ from vllm_specdec_plugin.core.arm_stats import ArmEstimate, BatchShape
 
 HISTORY_MAX = 64
 MIN_BLOCK_STEPS = 3
+MAX_PAIR_GAP = 4096
+"""Engine steps a bucket may be away while an exploration waits for the incumbent block that
+pairs it (`BucketState.pending`); past them it is dropped unpaired: a pair's halves a minute
+or more apart compare two hosts as much as two k. With the controller alone, multi_turn at
+c=32 is back in 32-63 within 133 steps
+(benchmarks/results/bucket-visits-multi-turn-c32-carry.json); in run_pairs the fixed arms'
+groups come between."""
 
 
 class Step(NamedTuple):
@@ -86,7 +93,7 @@ class BucketState:
     history: list[tuple[int, int]] = field(default_factory=list)
     """(the bucket's measured steps then, the new incumbent) per switch, `HISTORY_MAX` first."""
 
-    def end_visit(self, explore_every: int) -> None:
+    def end_visit(self, explore_every: int, absent: int) -> None:
         """The bucket went stale: its visit ended. An exploration that ran but will never be
         paired (a visit shorter than most) cost its steps and told nothing: counted, and its
         arm waits its gap again (the caller drops the block, or closes it where a pair needs
@@ -96,6 +103,11 @@ class BucketState:
         self.visits = self.visit if not self.visits else self.visits + 0.25 * (
             self.visit - self.visits)
         self.visit = 0
+        if self.pending is not None and absent > MAX_PAIR_GAP:
+            arm, self.pending = self.pending[0], None  # the host may have changed since
+            self.unpaired += 1
+            estimate = self.arms[arm]
+            estimate.wait = max(estimate.gap, explore_every)
         arm = self.block.arm
         if self.pending is None and arm != self.incumbent and self.block.steps:
             self.explore_steps += self.block.steps

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 from test_schedule_control_noise import K_SET, PRIOR, Traffic
 
-from vllm_specdec_plugin.core.schedule_control import ScheduleController
-from vllm_specdec_plugin.core.schedule_state import Step
+from vllm_specdec_plugin.core.schedule_control import STALE_STEPS, ScheduleController
+from vllm_specdec_plugin.core.schedule_state import MAX_PAIR_GAP, Step
 from vllm_specdec_plugin.core.step_cost import bucket
 
 
@@ -143,3 +143,24 @@ def test_pairs_across_visits_keep_equal_arms_apart_where_acceptance_drifts_in_a_
                 engine.write(controller.observe(engine.step(next(batches))))
             moved += controller.buckets[bucket(24)].incumbent != 0
         assert moved <= 2, (slope, moved)
+
+
+def test_a_pair_waits_for_the_next_visit_but_not_for_ever():
+    """An exploration closed as its visit ends waits for the next visit's first incumbent
+    block, which completes the pair; after an absence over `MAX_PAIR_GAP` engine steps (the
+    host may have changed meanwhile) it is dropped and counted unpaired instead."""
+    for absence, kept in ((STALE_STEPS + 1, True), (MAX_PAIR_GAP + 1, False)):
+        controller, engine = ScheduleController(PRIOR, K_SET), Traffic(0, {2: 1.0, 5: 1.0}, 32)
+        state = controller.state(bucket(32))
+        while state.pending is None:  # until an exploration block waits for its pair
+            engine.write(controller.observe(engine.step(32)))
+        engine.run(controller, 4, absence)  # elsewhere: the visit ends, its block half begun
+        unpaired, pairs = state.unpaired, sum(a.pairs for a in state.arms.values())
+        engine.write(controller.observe(engine.step(32)))  # back: the visit ended
+        assert (state.pending is not None, state.unpaired) == (kept, unpaired + (not kept))
+        for _ in range(100):  # the first incumbent block back completes a kept one
+            if state.pending is None:
+                break
+            engine.write(controller.observe(engine.step(32)))
+        assert state.pending is None, absence
+        assert sum(a.pairs for a in state.arms.values()) == pairs + kept, absence
