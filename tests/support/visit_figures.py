@@ -63,22 +63,26 @@ def probe_figures() -> tuple[str, ...]:
             str(sum(b["paired"] for b in before.values())))
 
 
-def shares(name: str, workload: str) -> tuple[str, str]:
-    """The lowest and highest share of a bucket's steps explored over `workload`'s cells."""
-    found = [v for c in controller_cells(name) if c["workload"] == workload
+def share_range(name: str, workload: str | None = None) -> tuple[str, str]:
+    """The lowest and highest share (%) of a bucket's steps explored over the run's cells (of
+    `workload`'s alone, where given)."""
+    found = [v for c in controller_cells(name) if workload in (None, c["workload"])
              for v in c["explore_share"].values()]
     return f"{100 * min(found):.0f}", f"{100 * max(found):.0f}"
 
 
+def pairs_against_k0(cell: dict[str, Any]) -> tuple[int, int]:
+    """A controller cell's pairs against k=0 and against any arm, since each bucket's last
+    switch."""
+    arms = [v for by_arm in cell["pairs"].values() for v in by_arm.items()]
+    return sum(n for k, n in arms if k == "k0"), sum(n for _, n in arms)
+
+
 def k0_pairs(name: str, workload: str) -> tuple[str, ...]:
-    """Per cell of `workload` (by concurrency): pairs against k=0 and against any arm, since
-    each bucket's last switch."""
-    found: list[str] = []
-    for cell in sorted((c for c in controller_cells(name) if c["workload"] == workload),
-                       key=lambda c: c["concurrency"]):
-        arms = [v for by_arm in cell["pairs"].values() for v in by_arm.items()]
-        found += [str(sum(n for k, n in arms if k == "k0")), str(sum(n for _, n in arms))]
-    return tuple(found)
+    """`pairs_against_k0` per cell of `workload`, by concurrency."""
+    cells = sorted((c for c in controller_cells(name) if c["workload"] == workload),
+                   key=lambda c: c["concurrency"])
+    return tuple(str(n) for cell in cells for n in pairs_against_k0(cell))
 
 
 def k0_losses(name: str, workload: str) -> tuple[str, str]:
@@ -103,7 +107,7 @@ VISIT_CLAIMS: list[tuple[str, str, Callable[[], tuple[str, ...]]]] = [
     (CONTROLLER_PAGE, r"every bucket explored (\d+)-(\d+)% of its steps \((\d+)-(\d+)% in\s+the "
      r"b90a005 run\), about half of it on k=0 \((\d+) of (\d+) and (\d+) of (\d+) pairs since "
      r"the last\s+switch\), which loses (\d+)-(\d+)% of k=5's throughput",
-     lambda: shares(CARRY, "multi_turn") + shares(AHEAD, "multi_turn")
+     lambda: share_range(CARRY, "multi_turn") + share_range(AHEAD, "multi_turn")
      + k0_pairs(CARRY, "multi_turn") + k0_losses(CARRY, "multi_turn")),
 ]
 VISIT_CLAIMS.append(
@@ -123,11 +127,8 @@ def points_inside(old: str, new: str) -> str:
 
 def k0_pair_shares(name: str, workloads: tuple[str, ...]) -> tuple[str, str]:
     """The lowest and highest share (%) of pairs against k=0 over `workloads`' cells."""
-    found = []
-    for cell in controller_cells(name):
-        if cell["workload"] in workloads:
-            arms = [v for by_arm in cell["pairs"].values() for v in by_arm.items()]
-            found.append(100 * sum(n for k, n in arms if k == "k0") / sum(n for _, n in arms))
+    found = [100 * k0 / every for k0, every in (
+        pairs_against_k0(c) for c in controller_cells(name) if c["workload"] in workloads)]
     return f"{min(found):.0f}", f"{max(found):.0f}"
 
 
@@ -153,18 +154,11 @@ VISIT_CLAIMS.extend([
      r"cells", lambda: (points_inside(AHEAD, ALL),)),
     (CONTROLLER_PAGE, r"\*\*The price: every bucket now explores (\d+)-(\d+)% of its steps\*\* "
      r"\((\d+)-(\d+)% in the b90a005 run\)",
-     lambda: tuple(f"{100 * v:.0f}" for n in (ALL, AHEAD) for v in (
-         min(s for c in controller_cells(n) for s in c["explore_share"].values()),
-         max(s for c in controller_cells(n) for s in c["explore_share"].values())))),
+     lambda: share_range(ALL) + share_range(AHEAD)),
     (CONTROLLER_PAGE, r"in input_grounded and multi_turn (\d+)-(\d+)% of the pairs since each "
      r"bucket's last\s+switch are against k=0",
      lambda: k0_pair_shares(ALL, ("input_grounded", "multi_turn"))),
 ])
-
-
-def share_range(name: str) -> tuple[str, str]:
-    shares = [v for c in controller_cells(name) for v in c["explore_share"].values()]
-    return f"{100 * min(shares):.0f}", f"{100 * max(shares):.0f}"
 
 
 VISIT_CLAIMS.extend([

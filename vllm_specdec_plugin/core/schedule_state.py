@@ -94,23 +94,24 @@ class BucketState:
     """(the bucket's measured steps then, the new incumbent) per switch, `HISTORY_MAX` first."""
 
     def end_visit(self, explore_every: int, absent: int) -> None:
-        """The bucket went stale: its visit ended. An exploration that ran but will never be
-        paired (a visit shorter than most) cost its steps and told nothing: counted, and its
-        arm waits its gap again (the caller drops the block, or closes it where a pair needs
-        it: `ScheduleController._end_visit`; an exploration so closed stays `pending`).
-        Doubling the wait instead (a rule before) stopped a bucket whose visits vary (10-49
-        steps) from exploring after a few short ones."""
+        """The bucket went stale (away `absent` engine steps): its visit ended. An exploration
+        that ran but will never be paired (a visit shorter than most, or a pair left waiting
+        past `MAX_PAIR_GAP`) cost its steps and told nothing: counted, and its arm waits its
+        gap again (the caller drops the block, or closes it where a pair needs it:
+        `ScheduleController._end_visit`; an exploration so closed stays `pending`). Doubling
+        the wait instead (a rule before) stopped a bucket whose visits vary (10-49 steps) from
+        exploring after a few short ones."""
         self.visits = self.visit if not self.visits else self.visits + 0.25 * (
             self.visit - self.visits)
         self.visit = 0
         if self.pending is not None and absent > MAX_PAIR_GAP:
             arm, self.pending = self.pending[0], None  # the host may have changed since
-            self.unpaired += 1
-            estimate = self.arms[arm]
-            estimate.wait = max(estimate.gap, explore_every)
-        arm = self.block.arm
-        if self.pending is None and arm != self.incumbent and self.block.steps:
+        elif self.pending is None and self.block.arm != self.incumbent and self.block.steps:
+            arm = self.block.arm
             self.explore_steps += self.block.steps
+        else:
+            arm = self.incumbent
+        if arm != self.incumbent:
             self.unpaired += 1
             estimate = self.arms[arm]
             estimate.wait = max(estimate.gap, explore_every)
