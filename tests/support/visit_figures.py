@@ -40,9 +40,11 @@ def probe_summary(name: str) -> dict[str, dict[str, Any]]:
 
 def visits_exploring(name: str, label: str) -> int:
     """Visits to bucket `label` in which a step ran in an exploration block."""
+    from vllm_specdec_plugin.core.step_cost import bucket_label
+
     found, inside, previous = 0, False, None
     for batch, _, _, arm, incumbent, _, _ in result(name)["trace"]:
-        here = f"{1 << (batch.bit_length() - 1)}-{(2 << (batch.bit_length() - 1)) - 1}" == label
+        here = bucket_label(batch.bit_length()) == label
         if here and previous != label:
             inside = False
         if here and arm is not None and arm != incumbent and not inside:
