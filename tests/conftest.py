@@ -41,6 +41,7 @@ engine_layout.bind_this_worker()  # one core per pytest-xdist worker
 hypothesis_settings.register_profile("ci", print_blob=True)
 hypothesis_settings.register_profile("deep", print_blob=True, deadline=None)
 hypothesis_settings.load_profile(examples.PROFILE)
+examples.fix_draws()  # the same examples in every worker, whatever it imported before
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -37,7 +37,11 @@ _SECRET_PARAM = re.compile(
 """A query parameter whose (decoded) name matches holds a credential; the net is wide on
 purpose (`key` also catches `monkey`): a name wrongly hidden costs nothing."""
 _MAX_DECODINGS = 8
-"""Percent-encoding levels looked through (each one shortens the text, so this bounds time)."""
+"""Percent-encoding levels looked through (each one shortens the text, so this bounds time).
+Text encoded deeper than that cannot be vetted: each run of it still holding an escape is
+hidden whole (`redact_uri`)."""
+_RUN = re.compile(r"\S+")
+_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
 
 
 def redact_uri(text: str) -> str:
@@ -47,11 +51,16 @@ def redact_uri(text: str) -> str:
     for _ in range(_MAX_DECODINGS):
         decoded = unquote(level)
         if decoded == level:
-            break
+            return shown
         level = _redact_once(decoded)
         if level != decoded:  # decoding revealed a credential: show the decoded text
             shown = level
-    return shown
+    if unquote(level) == level:
+        return shown
+    # Encoded deeper than looked through (a URI nested in a query nine times): what it hides
+    # is unknown, so every run still holding an escape goes; hiding too much beats a secret.
+    return _RUN.sub(lambda run: REDACTED if _ESCAPE.search(run.group()) else run.group(),
+                    level)
 
 
 def redact_strings(value: Any) -> Any:

@@ -117,7 +117,10 @@ def test_exploration_stays_within_its_budget_once_learned(best, seed, batch):
     steps, explored = state.steps, state.explore_steps
     engine.run(controller, batch, 6000)
     share = (state.explore_steps - explored) / (state.steps - steps)
-    # Two losing arms, each explored one block in 96 once found clearly worse.
+    # Two losing arms, each explored one block in 96 once found clearly worse. Not on every
+    # draw: an arm whose CUSUM the host's drift takes half way up is explored at the first pace
+    # until it settles (seed 10451, batch 32, best 2: 3.4%, drawn in another worker's pool of
+    # constants before `support.examples.fix_draws`).
     assert share <= 2 / 96 + 0.01
 
 
