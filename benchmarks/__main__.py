@@ -71,6 +71,9 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("bucket_visits", "benchmarks.probes.bucket_visits",
               "the schedule controller step by step in closed batches of drawn lengths: each "
               "bucket's visits, steps at a k other than their block's, pairs"),
+    Benchmark("pair_noise", "benchmarks.probes.pair_noise",
+              "a bucket_visits run replayed: each bucket's pair spread, and how much of it "
+              "and of a step's time the share of rows that drafted explains (no engine)"),
     Benchmark("zero_draft_profile", "benchmarks.probes.zero_draft_profile",
               "where a zero-draft step's time goes (in-process engine; --micro: parts alone)"),
     Benchmark("hostile_inputs", "benchmarks.reliability.hostile_inputs",

@@ -30,7 +30,9 @@ from benchmarks.lib.workloads import output_lengths, workload_token_ids
 
 def record(controller: Any) -> list[tuple[Any, ...]]:
     """Wrap the controller's `observe`: per step (batch, the step's k, clean, the bucket's
-    block k after it, its incumbent, its pairs so far, its unpaired explorations)."""
+    block k after it, its incumbent, its pairs so far, its unpaired explorations, and the
+    step's seconds, tokens and drafts: what `observe` was given, so that the run can be
+    replayed into a controller of one's own, `benchmarks/probes/pair_noise.py`)."""
     steps: list[tuple[Any, ...]] = []
     observe = controller.observe
 
@@ -39,7 +41,7 @@ def record(controller: Any) -> list[tuple[Any, ...]]:
         state = controller.buckets.get(step[0].bit_length())
         steps.append((step[0], step[1], step[5]) + ((None,) * 4 if state is None else (
             state.block.arm, state.incumbent, sum(a.pairs for a in state.arms.values()),
-            state.unpaired)))
+            state.unpaired)) + (step[2], step[3], step[4]))
         return change
 
     controller.observe = recorded
@@ -57,7 +59,7 @@ def summary(steps: list[tuple[Any, ...]]) -> dict[str, Any]:
 
     buckets: dict[str, dict[str, Any]] = {}
     previous, previous_k = None, -1
-    for batch, k, _, arm, incumbent, pairs, unpaired in steps:
+    for batch, k, _, arm, incumbent, pairs, unpaired, *_ in steps:
         label = bucket_label(batch.bit_length())
         found = buckets.setdefault(label, {"visits": [], "steps": 0, "off_block": 0,
                                            "k_changes": 0, "paired": 0, "switches": 0})
@@ -79,6 +81,19 @@ def summary(steps: list[tuple[Any, ...]]) -> dict[str, Any]:
     return buckets
 
 
+def arms_at_end(state: Any) -> dict[str, dict[str, float]]:
+    """Each arm of a bucket at the end, against its incumbent: pairs since its last reset, the
+    decayed mean log ratio, its bounds at the "clearly worse" level (1 - `back_off`) and its
+    exploration gap in incumbent blocks."""
+    from vllm_specdec_plugin.core.schedule_params import CONTROLLER_DEFAULTS
+
+    level = 1.0 - CONTROLLER_DEFAULTS.back_off
+    return {f"k{k}": {"pairs": arm.pairs, "log_gain": round(arm.log_gain, 4),
+                      "low": round(arm.bounds(level)[0], 4),
+                      "high": round(arm.bounds(level)[1], 4), "gap": arm.gap}
+            for k, arm in sorted(state.arms.items()) if k != state.incumbent}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workload", default="multi_turn")
@@ -90,6 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from vllm import SamplingParams
 
     from benchmarks.probes.schedule_switchback import runtime_of
+    from vllm_specdec_plugin.core.step_cost import bucket_label
 
     llm = start_llm(None, max(32, args.concurrency),
                     env={"KAITO_ENABLE_SPECULATIVE_DECODING": "true"}, disable_log_stats=False)
@@ -107,22 +123,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         runs += 1
     runtime.drain()
     buckets = summary(steps)
+    for key, state in runtime.controller.buckets.items():
+        buckets.setdefault(bucket_label(key), {})["arms"] = arms_at_end(state)
     out = {"meta": {"kind": "bucket-visits",
                     "command": command("bucket_visits", list(argv or sys.argv[1:])),
                     "vllm": vllm_version(), "workload": args.workload,
                     "concurrency": args.concurrency, "tokens": args.tokens,
-                    "lengths": "uniform", "runs": runs},
+                    "lengths": "uniform", "runs": runs, "prior": list(runtime.prior),
+                    "k_set": list(runtime.k_set), "max_graph_tokens": runtime.graph_tokens},
            "steps": len(steps), "off_block": sum(b["off_block"] for b in buckets.values()),
            "k_changes": sum(b["k_changes"] for b in buckets.values()),
            "lookup_lag_steps": runtime.controller.lag,
            "buckets": buckets,
            "trace_columns": ["batch", "k", "clean", "block_k", "incumbent", "pairs",
-                             "unpaired"],
+                             "unpaired", "seconds", "tokens", "drafted"],
            "trace": steps}
     write_json(Path(args.out), out, indent=None)
     print({label: {key: b[key] for key in ("steps", "off_block", "k_changes", "pairs",
-                                           "unpaired", "paired", "switches")}
-           | {"visits": b["visits"][:12]} for label, b in buckets.items()})
+                                           "unpaired", "paired", "switches")
+                             if key in b}
+           | {"visits": b.get("visits", [])[:12], "arms": b.get("arms")}
+           for label, b in buckets.items()})
     return 0
 
 

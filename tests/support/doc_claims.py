@@ -11,6 +11,7 @@ from typing import Any
 
 from benchmarks.paired.targets import adaptive_target
 from support.cost_figures import COST_CLAIMS
+from support.noise_figures import NOISE_CLAIMS
 from support.result_tables import result
 from support.run_figures import (
     CONTROLLER_PAGE,
@@ -269,4 +270,5 @@ CLAIMS = [
     Claim("docs/adaptive.md", r"`none` against itself fails them in (\d+) of (\d+) cells",
           aa_misses_adaptive_target),
 ]
-CLAIMS += [Claim(*claim) for claim in (*RUN_CLAIMS, *COST_CLAIMS, *VISIT_CLAIMS)]
+CLAIMS += [Claim(*claim) for claim in (*RUN_CLAIMS, *COST_CLAIMS, *VISIT_CLAIMS,
+                                        *NOISE_CLAIMS)]

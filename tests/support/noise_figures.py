@@ -1,0 +1,122 @@
+"""The figures of "Why a bucket's pairs spread" in docs/schedule-controller.md, each computed
+from its result file (`support/doc_claims.py` checks them)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from support.result_tables import result
+from support.run_figures import CONTROLLER_PAGE
+
+RUN, NOISE = "bucket-visits-input-grounded-c16", "pair-noise-input-grounded-c16"
+EARLIER = ("bucket-visits-input-grounded-c16-run1", "bucket-visits-input-grounded-c16-run2")
+
+
+def three(value: float) -> str:
+    return f"{value:.3f}"
+
+
+def pair(name: str) -> dict[str, Any]:
+    return result(NOISE)["pairs"][name]
+
+
+def steps(name: str) -> dict[str, Any]:
+    return result(NOISE)["step_times"][name]
+
+
+def switched_at(label: str, old: int, new: int) -> int:
+    """The trace index of the first step at which bucket `label`'s incumbent went old -> new."""
+    from vllm_specdec_plugin.core.step_cost import bucket_label
+
+    previous = None
+    for index, (batch, *_rest) in enumerate(result(RUN)["trace"]):
+        incumbent = _rest[3]
+        if batch < 1 or bucket_label(batch.bit_length()) != label or incumbent is None:
+            continue
+        if (previous, incumbent) == (old, new):
+            return index
+        previous = incumbent
+    return -1
+
+
+def pairs_needed(mean: float, sd: float, level: float = 0.995, margin: float = 0.02) -> int:
+    """Independent pairs of spread `sd` after which the one-sided bound at `level` of a mean
+    of `mean` clears `margin` (the controller's switch rule without the decay)."""
+    from vllm_specdec_plugin.core.arm_stats import t_quantile
+
+    n = 4
+    while mean - t_quantile(level, n - 1) * sd / math.sqrt(n) <= margin:
+        n += 1
+    return n
+
+
+def held() -> tuple[str, ...]:
+    run = result(RUN)
+    top = run["buckets"]["8-15"]
+    k5 = top["arms"]["k5"]
+    needed = pairs_needed(pair("8-15 k5 vs k2")["mean"], pair("8-15 k5 vs k2")["sd"])
+    return (str(top["steps"]), str(run["steps"]), str(switched_at("8-15", 0, 2)),
+            three(k5["log_gain"]), str(k5["pairs"]), three(k5["low"]), three(k5["high"]),
+            three(pair("8-15 k5 vs k2")["sd"]), str(needed), str(needed - k5["pairs"]))
+
+
+def earlier() -> tuple[str, ...]:
+    """k=5's lead in 8-15 at the end of the earlier runs, where 8-15 ended at k=2 too."""
+    found = []
+    for name in EARLIER:
+        top = result(name)["buckets"]["8-15"]
+        found.append(three(top["arms"]["k5"]["log_gain"]) if top["incumbent"] == 2
+                     else "not at k=2")
+    return tuple(found)
+
+
+def draft_share_range() -> tuple[str, str]:
+    shares = [cell["mean_draft_share"] for cell in result(NOISE)["step_times"].values()]
+    return f"{100 * min(shares):.0f}", f"{100 * max(shares):.0f}"
+
+
+def step_time_spreads() -> tuple[str, ...]:
+    return tuple(three(steps(name)[key]) for name in ("8-15 k2", "8-15 k5", "16-31 k2")
+                 for key in ("sd_left_by_batch", "sd_left_by_batch_and_draft_share"))
+
+
+def share_differences() -> tuple[str, ...]:
+    cells = ("4-7 k5 vs k2", "8-15 k5 vs k2", "16-31 k5 vs k2", "1-1 k2 vs k5", "2-3 k2 vs k5")
+    return tuple(f"{value:+.3f}".replace("+", "+" if key == "share_difference" else "")
+                 for name in cells
+                 for key, value in ((key, pair(name)[key])
+                                    for key in ("share_difference", "share_difference_se")))
+
+
+NOISE_CLAIMS: list[tuple[str, str, Callable[[], tuple[str, ...]]]] = [
+    (CONTROLLER_PAGE, r"\*\*8-15 held (\d+) of the run's (\d+) steps\.\*\* It left k=0 for k=2 "
+     r"at step (\d+) .*? k=5's mean log ratio against k=2 was ([\d.]+) over (\d+) pairs, with "
+     r"95% bounds of ([\d.]+) and ([\d.]+)\. .*? spreading ([\d.]+) \(sd\), that takes about "
+     r"(\d+) pairs: (\d+) more than the run had\.", held),
+    (CONTROLLER_PAGE, r"8-15 also ended at k=2, with k=5 ahead by ([\d.]+) and ([\d.]+) ",
+     earlier),
+    (CONTROLLER_PAGE, r"Only (\d+)-(\d+)% of the rows drafted at all", draft_share_range),
+    (CONTROLLER_PAGE, r"8-15 at k=2: the sd of log step time left by the batch is ([\d.]+), and "
+     r"by the batch and the draft share ([\d.]+); - 8-15 at k=5: ([\d.]+) and ([\d.]+); - 16-31 "
+     r"at k=2: ([\d.]+) and ([\d.]+)\.", step_time_spreads),
+    (CONTROLLER_PAGE, r"k=2 explored against k=0 at 8-15: sd ([\d.]+), of which ([\d.]+) is "
+     r"left by the exploration block's draft share; - k=5 against k=2 at 8-15: ([\d.]+), with "
+     r"([\d.]+) left by the exploration block's share and ([\d.]+) by its neighbours'\.",
+     lambda: (three(pair("8-15 k2 vs k0")["sd"]),
+              three(pair("8-15 k2 vs k0")["sd_left_by_explored_share"]),
+              three(pair("8-15 k5 vs k2")["sd"]),
+              three(pair("8-15 k5 vs k2")["sd_left_by_explored_share"]),
+              three(pair("8-15 k5 vs k2")["sd_left_by_incumbent_share"]))),
+    (CONTROLLER_PAGE, r"hardly helps the decision that matters here \(([\d.]+) to ([\d.]+)\)",
+     lambda: (three(pair("8-15 k5 vs k2")["sd"]),
+              three(pair("8-15 k5 vs k2")["sd_left_by_incumbent_share"]))),
+    (CONTROLLER_PAGE, r"\(k=5 explored against k=2\) (\S+) \+- (\S+), (\S+) \+- (\S+) and (\S+) "
+     r"\+- (\S+); at 1-1 and 2-3 \(k=2 against k=5\) (\S+) \+- (\S+) and (\S+) \+- (\S+) "
+     r"\(mean", share_differences),
+    (CONTROLLER_PAGE, r"\(1-1: (\d+) pairs of k=0 and (\d+) of k=2 against k=5\)\. There, k=0's "
+     r"and k=2's mean log ratios against k=5 are (\S+) and (\S+)\.",
+     lambda: (str(pair("1-1 k0 vs k5")["pairs"]), str(pair("1-1 k2 vs k5")["pairs"]),
+              f"{pair('1-1 k0 vs k5')['mean']:.3f}", f"{pair('1-1 k2 vs k5')['mean']:.3f}")),
+]
