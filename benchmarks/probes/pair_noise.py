@@ -179,6 +179,40 @@ def step_times(trace: list[list[Any]]) -> dict[str, Any]:
     return table
 
 
+def block_positions(trace: list[list[Any]], most: int = 8) -> dict[str, Any]:
+    """Yield per row (tokens / batch) by a step's position in its run of steps at one k in one
+    bucket, after a run at which k in the same bucket ("after none": a run that starts a visit).
+    Position 0 is the step at the new k (it verifies drafts the old k made); clean steps only,
+    positions with five runs or more. A k's yield that falls along its run, where it follows
+    a smaller k, is a stock of matched text the smaller k left and the larger one uses up."""
+    from vllm_specdec_plugin.core.step_cost import bucket_label
+
+    found: dict[tuple[int, int, int | None], list[list[float]]] = defaultdict(
+        lambda: [[] for _ in range(most)])
+    key = k = before = None
+    position = 0
+    for batch, step_k, clean, *_, _seconds, tokens, _drafted in trace:
+        if batch < 1:
+            continue
+        here = batch.bit_length()
+        if here != key:
+            key, k, before, position = here, step_k, None, 0
+        elif step_k != k:
+            k, before, position = step_k, k, 0
+        else:
+            position += 1
+        if clean and position < most:
+            found[(here, step_k, before)][position].append(tokens / batch)
+    table: dict[str, Any] = {}
+    for (bucket, arm, after), positions in sorted(found.items(), key=str):
+        means = [round(statistics.fmean(v), 3) if len(v) >= 5 else None for v in positions]
+        if sum(m is not None for m in means) >= 3:
+            previous = "none" if after is None else f"k{after}"
+            table[f"{bucket_label(bucket)} k{arm} after {previous}"] = {
+                "runs": len(positions[1]), "yield_by_position": means}
+    return table
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", help="a bucket_visits result (with seconds, tokens, drafted)")
@@ -202,7 +236,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = {"meta": {"kind": "pair-noise", "command": command("pair_noise",
                                                              list(argv or sys.argv[1:])),
                     "run": args.run, "replay_matches": True},
-           "pairs": pair_table(controller.pairs), "step_times": step_times(run["trace"])}
+           "pairs": pair_table(controller.pairs), "step_times": step_times(run["trace"]),
+           "block_positions": block_positions(run["trace"])}
     write_json(Path(args.out), out, indent=1)
     print(json.dumps(out["pairs"], indent=1))
     print(json.dumps(out["step_times"], indent=1))
