@@ -83,11 +83,19 @@ def test_controller_moves_to_k0_where_drafting_costs_more(tiny_llama, tmp_path):
             "max_tokens": 500, "max_num_seqs": 16, "draft_cost_s": 0.02,
             "until": {"bucket": 3, "k": 0, "rounds": 24}}
     out = run(spec, clean_env(OPT_IN, tmp_path))
-    cell = out["snapshot"]["buckets"]["4-7"]
+    buckets = out["snapshot"]["buckets"]
+    cell = buckets["4-7"]
     assert cell["prior"] == 2 and cell["k"] == 0, json.dumps(cell)
-    # the switch came from the paired rule (at least `min_pairs` pairs, each an exploration
-    # block between two incumbent blocks, a one-sided bound at alpha 0.005), not a reset
-    assert cell["switches"] >= 1 and any(k == 0 for _, k in cell["history"]), cell["history"]
+    # k=0 came from the paired rule (at least `min_pairs` pairs, each an exploration block
+    # between two incumbent blocks, a one-sided bound at alpha 0.005), not a reset: a switch of
+    # 4-7's own, or one of a smaller bucket's carried up in batch order (the batch passes 3, 2
+    # and 1 as the four requests end, and a smaller k that wins at a smaller batch wins at every
+    # larger one: `core/schedule_control.py`, `_carried`). A CI run saw the second (4-7 moved,
+    # no switch of its own).
+    decided = {label: b["history"] for label, b in buckets.items()
+               if int(label.split("-")[0]) <= 4 and b["switches"] >= 1
+               and any(k == 0 for _, k in b["history"])}
+    assert decided, {label: (b["k"], b["switches"], b["history"]) for label, b in buckets.items()}
     assert out["snapshot"]["overhead_us_per_step"] < 200
 
 
