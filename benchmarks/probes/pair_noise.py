@@ -104,14 +104,17 @@ def shares(explored: list[float], neighbours: list[float]) -> tuple[float | None
             neighbours[0] / neighbours[1] if neighbours[1] else None)
 
 
+def residuals(values: list[float], xs: list[float]) -> list[float]:
+    """`values` less a least-squares line in `xs` (as they are where `xs` does not vary)."""
+    if len(set(xs)) < 2:
+        return values
+    slope, intercept = statistics.linear_regression(xs, values)
+    return [v - intercept - slope * x for v, x in zip(values, xs, strict=True)]
+
+
 def explained(values: list[float], xs: list[float]) -> tuple[float, float]:
     """(sd of `values`, sd left after a least-squares line in `xs`)."""
-    sd = statistics.pstdev(values)
-    if len(set(xs)) < 2:
-        return sd, sd
-    slope, intercept = statistics.linear_regression(xs, values)
-    return sd, statistics.pstdev([v - intercept - slope * x
-                                  for v, x in zip(values, xs, strict=True)])
+    return statistics.pstdev(values), statistics.pstdev(residuals(values, xs))
 
 
 def pair_table(pairs: list[tuple[int, int, int, float, tuple[float | None, ...]]]
@@ -165,15 +168,11 @@ def step_times(trace: list[list[Any]]) -> dict[str, Any]:
         if len(rows) < 40:
             continue
         logs = [t for _, t, _ in rows]
-        sd, by_batch = explained(logs, [math.log(b) for b, _, _ in rows])
-        left = logs
-        if len({b for b, _, _ in rows}) > 1:
-            slope, intercept = statistics.linear_regression([math.log(b) for b, _, _ in rows],
-                                                            logs)
-            left = [t - intercept - slope * math.log(b) for b, t, _ in rows]
-        _, by_both = explained(left, [s for _, _, s in rows])
+        left = residuals(logs, [math.log(b) for b, _, _ in rows])
+        by_both = statistics.pstdev(residuals(left, [s for _, _, s in rows]))
         table[f"{bucket_label(key)} k{k}"] = {
-            "steps": len(rows), "sd": round(sd, 4), "sd_left_by_batch": round(by_batch, 4),
+            "steps": len(rows), "sd": round(statistics.pstdev(logs), 4),
+            "sd_left_by_batch": round(statistics.pstdev(left), 4),
             "sd_left_by_batch_and_draft_share": round(by_both, 4),
             "mean_draft_share": round(statistics.fmean(s for _, _, s in rows), 3)}
     return table

@@ -85,10 +85,8 @@ def step_time_spreads() -> tuple[str, ...]:
 
 def share_differences() -> tuple[str, ...]:
     cells = ("4-7 k5 vs k2", "8-15 k5 vs k2", "16-31 k5 vs k2", "1-1 k2 vs k5", "2-3 k2 vs k5")
-    return tuple(f"{value:+.3f}".replace("+", "+" if key == "share_difference" else "")
-                 for name in cells
-                 for key, value in ((key, pair(name)[key])
-                                    for key in ("share_difference", "share_difference_se")))
+    return tuple(figure for name in cells for figure in (
+        f"{pair(name)['share_difference']:+.3f}", three(pair(name)["share_difference_se"])))
 
 
 NOISE_CLAIMS: list[tuple[str, str, Callable[[], tuple[str, ...]]]] = [

@@ -17,6 +17,7 @@ from benchmarks.probes.bucket_visits import record, summary
 from vllm_specdec_plugin.core.arm_stats import ArmEstimate
 from vllm_specdec_plugin.core.schedule_control import ScheduleController
 from vllm_specdec_plugin.core.schedule_state import Step
+from vllm_specdec_plugin.core.step_cost import bucket_label
 
 
 def live_run(seed: int, monkeypatch: pytest.MonkeyPatch) -> tuple[dict, list[float]]:
@@ -54,17 +55,10 @@ def test_the_replay_decides_as_the_run_and_records_every_pair(seed, monkeypatch)
     assert judged, "the run paired nothing: the test would show nothing"
     assert [pair[3] for pair in controller.pairs] == judged
     assert {label: b["incumbent"] for label, b in run["buckets"].items()} == {
-        label: state.incumbent for label, state in (
-            (pair_noise_label(key), state) for key, state in controller.buckets.items())}
+        bucket_label(key): state.incumbent for key, state in controller.buckets.items()}
     # Every drafting exploration block drafted at most every row (a share within [0, 1]).
     shares = [x for pair in controller.pairs for x in pair[4] if x is not None]
     assert shares and all(0.0 <= x <= 1.0 for x in shares)
-
-
-def pair_noise_label(key: int) -> str:
-    from vllm_specdec_plugin.core.step_cost import bucket_label
-
-    return bucket_label(key)
 
 
 def test_a_side_at_k0_has_no_draft_share():
