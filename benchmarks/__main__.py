@@ -74,6 +74,9 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("pair_noise", "benchmarks.probes.pair_noise",
               "a bucket_visits run replayed: each bucket's pair spread, and how much of it "
               "and of a step's time the share of rows that drafted explains (no engine)"),
+    Benchmark("carry_over", "benchmarks.probes.carry_over",
+              "a bucket_visits run's pairs of runs at two k: raw, with a burn-in, and priced "
+              "at the text's matched-token share (no engine)"),
     Benchmark("zero_draft_profile", "benchmarks.probes.zero_draft_profile",
               "where a zero-draft step's time goes (in-process engine; --micro: parts alone)"),
     Benchmark("hostile_inputs", "benchmarks.reliability.hostile_inputs",

@@ -20,6 +20,7 @@ import argparse
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -130,7 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "vllm": vllm_version(), "workload": args.workload,
                     "concurrency": args.concurrency, "tokens": args.tokens,
                     "lengths": "uniform", "runs": runs, "prior": list(runtime.prior),
-                    "k_set": list(runtime.k_set), "max_graph_tokens": runtime.graph_tokens},
+                    "k_set": list(runtime.k_set), "max_graph_tokens": runtime.graph_tokens,
+                    "controller_params": asdict(runtime.controller.params)},
            "steps": len(steps), "off_block": sum(b["off_block"] for b in buckets.values()),
            "k_changes": sum(b["k_changes"] for b in buckets.values()),
            "lookup_lag_steps": runtime.controller.lag,

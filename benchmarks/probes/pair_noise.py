@@ -34,14 +34,17 @@ from benchmarks.lib.results import RESULTS_DIR, command, write_json
 
 
 def recording_controller(meta: dict[str, Any]) -> Any:
-    """A `ScheduleController` with the run's prior and k set that also keeps, per pair, its log
-    ratio and the draft shares (drafts / (rows * k)) of its exploration block and of its two
-    incumbent neighbours pooled (None at k=0)."""
-    from vllm_specdec_plugin.core.schedule_control import ScheduleController
+    """A `ScheduleController` with the run's prior, k set and parameters that also keeps, per
+    pair, its log ratio and the draft shares (drafts / (rows * k)) of its exploration block and
+    of its two incumbent neighbours pooled (None at k=0)."""
+    from vllm_specdec_plugin.core.schedule_control import ControllerParams, ScheduleController
+
+    # A run recorded before its rule's parameters were: the rule then, every pair as it ran.
+    params = ControllerParams(**meta.get("controller_params", {"text_share_from_batch": 0}))
 
     class Recording(ScheduleController):
         def __init__(self) -> None:
-            super().__init__(meta["prior"], meta["k_set"],
+            super().__init__(meta["prior"], meta["k_set"], params,
                              max_graph_tokens=meta.get("max_graph_tokens"))
             self.sums: dict[int, list[float]] = {}  # id(block) -> [drafts, rows * k]
             self.last_incumbent: dict[int, list[float]] = {}

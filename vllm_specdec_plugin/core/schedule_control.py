@@ -14,25 +14,24 @@ other k is explored as often as it may win (`_pace`), rarely once its upper boun
 changed. A switch also moves the buckets with no decision of their own, in batch order
 (`_carried`).
 
-A block's rate: inside a bucket the batch varies, and tokens/s with it whatever k runs. The rate
-is yield per row (tokens / batch, summed over steps) over time in incumbent-step equivalents
-(seconds over `BatchShape`, the incumbent's step time at that batch, fitted online). Where a step
-is flat in the batch (a GPU at small batch) that is tokens per row-second, where proportional
-(compute-bound) tokens/s; either fixed choice is off by the batch ratio in the other case
-(identical arms across batch jumps in 16-31: a pair spreads 9-10% so, 1-2% with the fit).
-Blocks are of equal time, not steps (`block_steps` incumbent steps' worth), and the neighbours
-are pooled by time, so a slow-stepping k is not given more of the text (a copying passage) than
-the k it is compared with. A stalled step is left out of its block.
+A block's rate: yield per row (tokens / batch, summed over steps) over time in incumbent-step
+equivalents (seconds over `BatchShape`, the incumbent's step time at that batch, fitted online),
+so that batch sizes inside a bucket compare whether a step is flat in the batch or proportional.
+Blocks are of equal time (`block_steps` incumbent steps' worth), the neighbours pooled by time,
+so a slow-stepping k is not given more of the text than the k it is compared with. A stalled
+step is left out. From `ControllerParams.text_share_from_batch` up, each drafting block is
+priced at the text's own matched-token share (`core/pair_price.py`): how many rows are
+mid-passage when a block begins is the k before it's doing, not the block's own.
 
 A step is measured only when settled: decode only, at the same k as the step before (a step
 verifies the previous step's drafts); its time is one whole engine cycle, idle gaps left out
 (`ControlledScheduler.observe` in `engine/schedule_runtime.py`). vLLM has scheduled the next step
-(two, asynchronously) before a step reaches the controller, so a block's next k is written that
-many steps (`lag`, measured) before the block is full; the steps still in flight count in the
-block they ran in, and the first step at the new k ends it. A bucket not seen for `STALE_STEPS`
-engine steps ends a visit, back to its incumbent (`_end_visit`). Where visits end (closed batches
-draining) blocks shrink to fit a pair in a typical visit (`ControllerParams.visit_share`), an
-exploration starts where the visit leaves room for it, and its pair may end in the next visit.
+(two, asynchronously) before a step reaches the controller, so a block's next k is written
+`lag` (measured) steps before it is full; the first step at the new k ends it. A bucket not
+seen for `STALE_STEPS` engine steps ends a visit, back to its incumbent (`_end_visit`). Where
+visits end (closed batches draining) blocks shrink to fit a pair in a typical visit
+(`ControllerParams.visit_share`), an exploration starts where the visit leaves room for it, and
+its pair may end in the next visit.
 Measured: docs/schedule-controller.md.
 """
 
@@ -42,20 +41,19 @@ import math
 from collections.abc import Container, Sequence
 
 from vllm_specdec_plugin.core.arm_stats import CUSUM_H, ArmEstimate, BatchShape, relative_gain
+from vllm_specdec_plugin.core.pair_price import Measure, draft_time, pair_log_ratio
 from vllm_specdec_plugin.core.schedule_params import CONTROLLER_DEFAULTS, ControllerParams
 from vllm_specdec_plugin.core.schedule_state import (
     HISTORY_MAX,
     MIN_BLOCK_STEPS,
     Block,
     BucketState,
-    Measure,
     Step,
 )
 from vllm_specdec_plugin.core.step_cost import StepCostTable, bucket_bounds, captured_ks
 
 __all__ = ["BucketState", "ControllerParams", "ScheduleController", "Step"]
 
-LOG_EPS = 1e-12
 STALE_STEPS = 64  # engine steps (any bucket) after which a bucket is stale
 MAX_TAIL = 8  # a bucket's steps at the old k after a write ahead, past which it is written again
 RISE = 1.02  # per step, the most a step-time envelope rises: a lasting slowdown in ~50 steps
@@ -77,13 +75,10 @@ class ScheduleController:
             raise ValueError("the schedule names no k")
         self.buckets: dict[int, BucketState] = {}
         self.costs = StepCostTable()
-        self.step_index = 0
-        self._previous_k = -1
+        self.step_index, self._previous_k = 0, -1
         self.lag = 1.0
-        """A bucket's steps that still run at the old k after a lookup write (its decayed mean,
-        from each write ahead): vLLM has scheduled the next step before this controller sees
-        the last (1 in the synchronous engine, from the decision thread; 2 in the asynchronous
-        one), so a block's next k is written that many steps before the block is full."""
+        """Steps still run at the old k after a lookup write (decayed mean): 1 in the
+        synchronous engine (from the decision thread), 2 in the asynchronous one."""
 
     def prior_k(self, key: int) -> int:
         """The fixed table's k for bucket `key`: its value at the bucket's largest batch size
@@ -176,6 +171,8 @@ class ScheduleController:
         block.rows += batch
         block.seconds += seconds
         block.drafted += drafted
+        if k:
+            block.drafting += drafted / (k * batch)
         if ahead:  # a write that did not land (the lookup rewritten meanwhile): once more
             return None if block.tail <= MAX_TAIL else (state.key, block.next)
         full = block.time >= block.target or block.steps >= block.cap
@@ -207,15 +204,19 @@ class ScheduleController:
         block begins at the k chosen ahead (the incumbent, where a pair just switched it).
         Returns the lookup write that needs (none where the chosen k is already running)."""
         block, n, old = state.block, state.block.steps, state.incumbent
-        estimate = state.arms[block.arm]
-        estimate.low = block.low
+        estimate, estimate.low = state.arms[block.arm], block.low
         state.slowest_low = max(a.low for a in state.arms.values() if a.low < math.inf)
         state.stalls += block.stalled
         state.steps += n
         # The shared cost model learns from the block's mean step (once a block, not a step).
         self.costs.observe(round(block.rows / n), round(block.drafted / n), block.seconds / n)
         estimate.count_block(block.yields, n, block.rows)
-        measure = (block.yields, block.time, float(block.rows))
+        batch, first = block.rows / n, self.params.text_share_from_batch
+        priced = first and bucket_bounds(state.key)[0] >= first  # else as it ran
+        measure = Measure(block.yields, block.time, float(block.rows), n, block.drafting,
+                          draft_time(block.arm, batch, block.drafting / n,
+                                     self.costs.extra(round(batch)) if priced else None,
+                                     state.shape.c0 + state.shape.c1 * batch))
         if block.arm == state.incumbent:
             time = block.time / n
             state.step_time = time if state.step_time <= 0.0 else (
@@ -243,11 +244,10 @@ class ScheduleController:
     def _paired(self, state: BucketState, pending: tuple[int, Measure, Measure],
                 after: Measure) -> None:
         """One pair: the exploration block's rate over its two neighbours' pooled rate."""
-        arm, (ye, te, re), (yb, tb, rb) = pending
-        ya, ta, ra = after
-        log_ratio = math.log(max(ye * (tb + ta), LOG_EPS) / max(te * (yb + ya), LOG_EPS))
-        floor = state.arms[arm].floor(arm, re) + state.arms[state.incumbent].floor(
-            state.incumbent, rb + ra)
+        arm, explored, before = pending
+        log_ratio = pair_log_ratio(explored, before, after)
+        floor = state.arms[arm].floor(arm, explored.rows) + state.arms[state.incumbent].floor(
+            state.incumbent, before.rows + after.rows)
         p = self.params
         estimate = state.arms[arm]
         verdict = estimate.judge(log_ratio, floor, p.decay, p.alpha, p.margin, p.min_pairs,

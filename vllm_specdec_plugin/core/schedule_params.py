@@ -61,6 +61,13 @@ class ControllerParams:
     synthetic engine (visits of 10-49 steps, k=5 12% ahead, 20 seeds, 20000 steps): at 0.75
     k=5 found on 20 seeds, median 4378 steps; at 1.0 on 15, median 3611; with full blocks 16,
     median 4297 (tests/unit/core/test_schedule_control_visits.py)."""
+    text_share_from_batch: int = 4
+    """From this batch size up (the bucket's smallest), each drafting block of a pair is priced
+    at the row mix its own k holds on the text's matched-token share (`core/pair_price.py`),
+    not at the mix the k before it left; 0: never. Below it blocks hold too few rows for the
+    share to be read: on the synthetic engine with matched passages
+    (tests/unit/core/test_schedule_control_passages.py) priced pairs at batch 1 erred as much
+    as raw ones, at batch 8 a fifth as much."""
     outlier: float = 5.0
     """A step slower than this many times the slowest arm's step-time envelope (a low running
     quantile) is a stall, left out of its block, yield and time alike. One threshold for all

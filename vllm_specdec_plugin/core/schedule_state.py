@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from vllm_specdec_plugin.core.arm_stats import ArmEstimate, BatchShape
+from vllm_specdec_plugin.core.pair_price import Measure
 
 HISTORY_MAX = 64
 MIN_BLOCK_STEPS = 3
@@ -43,17 +44,14 @@ class Block:
     yet; written into the lookup ahead of the block's end when it differs) and the block's
     steps seen since (`tail`). Slots: it is updated on every step."""
 
-    __slots__ = ("arm", "steps", "yields", "time", "rows", "seconds", "drafted", "low",
-                 "stalled", "target", "cap", "next", "tail")
+    __slots__ = ("arm", "steps", "yields", "time", "rows", "seconds", "drafted", "drafting",
+                 "low", "stalled", "target", "cap", "next", "tail")
 
     def __init__(self, arm: int, low: float, target: float, cap: int) -> None:
         self.arm, self.low, self.target, self.cap = arm, low, target, cap
         self.steps = self.rows = self.drafted = self.stalled = self.tail = 0
-        self.yields = self.time = self.seconds = 0.0
+        self.yields = self.time = self.seconds = self.drafting = 0.0
         self.next = -1
-
-
-Measure = tuple[float, float, float]  # a closed block: sum of yield per row, time, row-steps
 
 
 @dataclass

@@ -6,6 +6,7 @@ Checked here on the synthetic engine of the noise tests."""
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -35,7 +36,8 @@ def live_run(seed: int, monkeypatch: pytest.MonkeyPatch) -> tuple[dict, list[flo
     steps = record(controller)
     Traffic(seed, {2: 1.1, 5: 1.2}, 24).run(controller, mostly(24, 12, hold=120), 4000)
     monkeypatch.setattr(ArmEstimate, "judge", judge)
-    return {"meta": {"prior": PRIOR, "k_set": list(K_SET), "max_graph_tokens": None},
+    return {"meta": {"prior": PRIOR, "k_set": list(K_SET), "max_graph_tokens": None,
+                     "controller_params": asdict(controller.params)},
             "buckets": summary(steps), "trace": [list(step) for step in steps],
             "trace_columns": ["batch", "k", "clean", "block_k", "incumbent", "pairs",
                               "unpaired", "seconds", "tokens", "drafted"]}, judged
