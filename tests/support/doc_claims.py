@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchmarks.paired.targets import adaptive_target
+from support.carry_figures import CARRY_CLAIMS
 from support.cost_figures import COST_CLAIMS
 from support.noise_figures import NOISE_CLAIMS
 from support.result_tables import result
@@ -271,4 +272,4 @@ CLAIMS = [
           aa_misses_adaptive_target),
 ]
 CLAIMS += [Claim(*claim) for claim in (*RUN_CLAIMS, *COST_CLAIMS, *VISIT_CLAIMS,
-                                        *NOISE_CLAIMS)]
+                                        *NOISE_CLAIMS, *CARRY_CLAIMS)]

@@ -65,9 +65,9 @@ class ControllerParams:
     """From this batch size up (the bucket's smallest), each drafting block of a pair is priced
     at the row mix its own k holds on the text's matched-token share (`core/pair_price.py`),
     not at the mix the k before it left; 0: never. Below it blocks hold too few rows for the
-    share to be read: on the synthetic engine with matched passages
-    (tests/unit/core/test_schedule_control_passages.py) priced pairs at batch 1 erred as much
-    as raw ones, at batch 8 a fifth as much."""
+    share to be read: on the synthetic engine with matched passages (tests/support/passages.py,
+    600 pairs each way) priced pairs at batch 1 erred about as much as raw ones, at batch 8
+    about a quarter as much (docs/schedule-controller.md, "Carry-over")."""
     outlier: float = 5.0
     """A step slower than this many times the slowest arm's step-time envelope (a low running
     quantile) is a stall, left out of its block, yield and time alike. One threshold for all

@@ -94,6 +94,20 @@ def test_a_larger_k_that_wins_is_still_found():
     assert ends(2, 8, ControllerParams(), steps=4000, **engine)[5] == 20
 
 
+def test_below_batch_four_pairs_are_priced_as_they_ran():
+    """At batch 2 (below `text_share_from_batch`) the controller decides and measures exactly
+    as with pricing off: the same incumbent and every arm's evidence alike, step for step."""
+    engine = {"free_mean": 5.0, "passage_mean": 30.0, **SHORT_MATCHES}
+    states = []
+    for params in (ControllerParams(), RAW):
+        controller = ScheduleController([5] * 65, K_SET, params)
+        Passages(3, [5] * 65, 2, **engine).run(controller, 2, 6000)
+        state = controller.buckets[bucket(2)]
+        states.append((state.incumbent, state.steps, {k: (a.pairs, a.log_gain)
+                                                      for k, a in state.arms.items()}))
+    assert states[0] == states[1] and states[0][2][2][0] >= 4
+
+
 def test_a_block_where_every_row_drafts_is_priced_as_it_ran():
     """Where every row drafts at every step (the noise tests' `Traffic`: all or nothing per
     row) the text's share is 1 and the price is the raw one; so is a k=0 block's, and a block
