@@ -14,9 +14,9 @@ of rows that drafted over all tokens). So a drafting block is priced at the row 
 holds on text of phi, pooled over the pair's drafting blocks: per row-step, yield
 y* = 1 / (1 - phi + phi / (1 + a)), with 1 + a the block's tokens per drafting row-step, and
 drafting share q* = y* phi / (1 + a); its time moves by the drafts that mix adds or removes, at
-the cost model's price of a drafted token (`StepCostTable.extra`). A block at k=0, or one with no
-drafting row, is priced as it ran. Where only the explored block drafts, phi is its own and the
-price is the raw one.
+the cost model's price of a drafted token and of a drafting step (`StepCostTable.extra`). A
+block at k=0, or one with no drafting row, is priced as it ran. Where only the explored block
+drafts, phi is its own and the price is the raw one.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ Blocks are of equal time (`block_steps` incumbent steps' worth), the neighbours 
 so a slow-stepping k is not given more of the text than the k it is compared with. A stalled
 step is left out. From `ControllerParams.text_share_from_batch` up, each drafting block is
 priced at the text's own matched-token share (`core/pair_price.py`): how many rows are
-mid-passage when a block begins is the k before it's doing, not the block's own.
+mid-passage when a block begins is set by the k that ran before it, not by its own.
 
 A step is measured only when settled: decode only, at the same k as the step before (a step
 verifies the previous step's drafts); its time is one whole engine cycle, idle gaps left out
@@ -212,7 +212,7 @@ class ScheduleController:
         self.costs.observe(round(block.rows / n), round(block.drafted / n), block.seconds / n)
         estimate.count_block(block.yields, n, block.rows)
         batch, first = block.rows / n, self.params.text_share_from_batch
-        priced = first and bucket_bounds(state.key)[0] >= first  # else as it ran
+        priced = block.arm and first and bucket_bounds(state.key)[0] >= first  # else as ran
         measure = Measure(block.yields, block.time, float(block.rows), n, block.drafting,
                           draft_time(block.arm, batch, block.drafting / n,
                                      self.costs.extra(round(batch)) if priced else None,
