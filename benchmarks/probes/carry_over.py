@@ -28,7 +28,7 @@ held fixed.
 
 from __future__ import annotations
 
-import argparse
+import json
 import statistics
 import sys
 from collections import defaultdict
@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from benchmarks.lib.results import RESULTS_DIR, command, write_json
+from benchmarks.lib.results import command, write_json
 from vllm_specdec_plugin.core.pair_price import Measure, pair_log_ratio
 
 Steps = list[tuple[int, int, float, int]]  # (batch, tokens, seconds, drafted) per settled step
@@ -124,15 +124,9 @@ def carry_over(trace: list[list[Any]]) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("run", help="a bucket_visits result (with seconds, tokens, drafted)")
-    parser.add_argument("--out", default=str(RESULTS_DIR / "carry-over.json"))
-    args = parser.parse_args(argv)
-    import json
+    from benchmarks.probes.pair_noise import read_run
 
-    run = json.loads(Path(args.run).read_text())
-    if "seconds" not in run.get("trace_columns", []):
-        raise SystemExit(f"{args.run} has no step seconds: record it again with bucket_visits")
+    run, args = read_run(argv, __doc__.split("\n\n")[0], "carry-over.json")
     out = {"meta": {"kind": "carry-over", "run": args.run,
                     "command": command("carry_over", list(argv or sys.argv[1:]))},
            **carry_over(run["trace"])}

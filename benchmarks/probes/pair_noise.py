@@ -22,6 +22,7 @@ No engine: run anywhere.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import statistics
 import sys
@@ -215,19 +216,25 @@ def block_positions(trace: list[list[Any]], most: int = 8) -> dict[str, Any]:
     return table
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def read_run(argv: Sequence[str] | None, description: str, out: str
+             ) -> tuple[dict[str, Any], argparse.Namespace]:
+    """The command line of a probe that reads a `bucket_visits` run (RUN, --out): the run, and
+    the arguments. Stops where the run has no step seconds (recorded before they were)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("run", help="a bucket_visits result (with seconds, tokens, drafted)")
-    parser.add_argument("--out", default=str(RESULTS_DIR / "pair-noise.json"))
+    parser.add_argument("--out", default=str(RESULTS_DIR / out))
     args = parser.parse_args(argv)
-    import json
+    run: dict[str, Any] = json.loads(Path(args.run).read_text())
+    if "seconds" not in run.get("trace_columns", []):
+        raise SystemExit(f"{args.run} has no step seconds: record it again with bucket_visits")
+    return run, args
 
+
+def main(argv: Sequence[str] | None = None) -> int:
     from vllm_specdec_plugin.core.schedule_state import Step
     from vllm_specdec_plugin.core.step_cost import bucket_label
 
-    run = json.loads(Path(args.run).read_text())
-    if "seconds" not in run.get("trace_columns", []):
-        raise SystemExit(f"{args.run} has no step seconds: record it again with bucket_visits")
+    run, args = read_run(argv, __doc__.split("\n\n")[0], "pair-noise.json")
     controller = recording_controller(run["meta"])
     for batch, k, clean, *_, seconds, tokens, drafted in run["trace"]:
         controller.observe(Step(batch, k, seconds, tokens, drafted, clean))

@@ -29,6 +29,16 @@ from vllm_specdec_plugin.core.schedule_state import Step
 from vllm_specdec_plugin.core.step_cost import bucket_bounds
 
 
+def land_writes(writes: list[tuple[int, int, int]], lookup: list[int], t: int) -> None:
+    """Each lookup write (the step it lands at, bucket, k) due by step `t` applied to vLLM's
+    lookup (index = batch size), as the scheduler reads it."""
+    while writes and writes[0][0] <= t:
+        _, key, k = writes.pop(0)
+        low, high = bucket_bounds(key)
+        for b in range(low, min(high, len(lookup) - 1) + 1):
+            lookup[b] = k
+
+
 def steady_host(_t: int) -> float:
     return 1.0
 
@@ -87,11 +97,7 @@ class Passages:
 
     def step(self, batch: int) -> Step:
         self.t += 1
-        while self.writes and self.writes[0][0] <= self.t:
-            _, key, k = self.writes.pop(0)
-            low, high = bucket_bounds(key)
-            for b in range(low, min(high, len(self.lookup) - 1) + 1):
-                self.lookup[b] = k
+        land_writes(self.writes, self.lookup, self.t)
         k = self.lookup[batch]
         tokens, drafted = self.advance(batch, k)
         seconds = self.seconds(batch, drafted) * self.host(self.t) * math.exp(

@@ -16,6 +16,8 @@ import statistics
 from collections import Counter
 from collections.abc import Callable, Container, Iterator
 
+from support.passages import land_writes
+
 from vllm_specdec_plugin.core.arm_stats import ArmEstimate, block_var, t_quantile
 from vllm_specdec_plugin.core.schedule_control import (
     STALE_STEPS,
@@ -23,7 +25,7 @@ from vllm_specdec_plugin.core.schedule_control import (
     ScheduleController,
     Step,
 )
-from vllm_specdec_plugin.core.step_cost import bucket, bucket_bounds
+from vllm_specdec_plugin.core.step_cost import bucket
 
 K_SET = (0, 2, 5)
 # vLLM's lookup for the schedule [[1, 4, 5], [5, 8, 2], [9, 64, 0]] (index = batch size).
@@ -78,11 +80,7 @@ class Traffic:
 
     def step(self, batch: int) -> Step:
         self.t += 1
-        while self.writes and self.writes[0][0] <= self.t:
-            _, key, k = self.writes.pop(0)
-            low, high = bucket_bounds(key)
-            for b in range(low, min(high, len(self.lookup) - 1) + 1):
-                self.lookup[b] = k
+        land_writes(self.writes, self.lookup, self.t)
         k = self.lookup[batch]
         rng, p = self.rng, self.accept[k]
         accepted = sum(1 for _ in range(batch) if rng.random() < p) if k else 0
