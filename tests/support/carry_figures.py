@@ -7,7 +7,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from support.noise_figures import ALL_120, WARM_IG, decode_ratios, entry, interval, three
+from support.noise_figures import (
+    ALL_120,
+    WARM_IG,
+    WARM_MT,
+    decode_ratios,
+    entry,
+    interval,
+    three,
+)
 from support.result_tables import result
 from support.run_figures import CONTROLLER_PAGE, run_pairs_aa
 
@@ -92,3 +100,19 @@ CARRY_CLAIMS.append(
      r"k=2, the best fixed arm of each",
      lambda: (f"{100 * min(carry('8-15 k5 vs k2')['raw'], -carry('8-15 k2 vs k5')['raw']):.0f}",
               fixed_lead(), interval(IG_PRICED, "k2"), interval(MT_PRICED, "k2"))))
+
+MT32_PRICED = "controller-runs-warmup600-multi-turn-c32-priced"
+CARRY_CLAIMS.append(
+    (CONTROLLER_PAGE, r"The A/A \(k0 against k0, open_ended, c=32\): (\S+ \[\S+ \S+\])\. Every "
+     r"bucket ended at k=5, the table the raw-pairs run ended with; (\S+ \[\S+ \S+\]) of fixed "
+     r"k=5 against (\S+ \[\S+ \S+\]) then, inside each other's intervals, but the low end now "
+     r"misses 0\.98 by ([\d.]+) points\.",
+     lambda: (run_pairs_aa(MT32_PRICED), interval(MT32_PRICED, "k5"), interval(WARM_MT, "k5"),
+              f"{100 * (0.98 - entry(MT32_PRICED, 'k5')['low']):.1f}")))
+
+CARRY_CLAIMS.append(
+    ("README.md", r"multi_turn c=32, met with raw pairs, ends with the same table \(k=5 "
+     r"everywhere\) and reads (\S+ \[\S+ \S+\]) of fixed k=5, its low end now ([\d.]+) points "
+     r"under 0\.98",
+     lambda: (interval(MT32_PRICED, "k5"),
+              f"{100 * (0.98 - entry(MT32_PRICED, 'k5')['low']):.1f}")))
