@@ -9,6 +9,7 @@ from typing import Any
 
 from support.noise_figures import (
     ALL_120,
+    RUN,
     WARM_IG,
     WARM_MT,
     decode_ratios,
@@ -20,7 +21,6 @@ from support.result_tables import result
 from support.run_figures import CONTROLLER_PAGE, run_pairs_aa
 
 CARRY, PRICED_VISITS = "carry-over-input-grounded-c16", "bucket-visits-input-grounded-c16-priced"
-RAW_VISITS = "bucket-visits-input-grounded-c16"
 MT_600 = "controller-runs-warmup600-mt-bench-c16"
 IG_PRICED, MT_PRICED = ("controller-runs-warmup600-input-grounded-c16-priced",
                         "controller-runs-warmup600-mt-bench-c16-priced")
@@ -51,7 +51,7 @@ def carry_figures() -> tuple[str, ...]:
 
 def priced_visits() -> tuple[str, ...]:
     k5 = result(PRICED_VISITS)["buckets"]["8-15"]["arms"]["k5"]
-    before = result(RAW_VISITS)["buckets"]["8-15"]["arms"]["k5"]
+    before = result(RUN)["buckets"]["8-15"]["arms"]["k5"]
     return (three(k5["log_gain"]), str(k5["pairs"]), three(k5["low"]), three(k5["high"]),
             three(before["log_gain"]), str(before["pairs"]), fixed_lead())
 
