@@ -11,6 +11,9 @@ already, when the run's environment agrees with the server's on everything the i
 and with `SPECDEC_TEST_FORK=0`, it starts `python script *args` afresh. Either way the caller
 gets a `subprocess.CompletedProcess` with the script's stdout, stderr and exit code, and a run
 that outlives `timeout` has its whole session killed and raises `subprocess.TimeoutExpired`.
+A server that falls out of step (no answer in time, a line that is not the protocol's, its pipe
+closed) is closed and forgotten: the next run starts a fresh one, and a run whose end the lost
+server did not report is made once more in a fresh process.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -53,6 +57,14 @@ MAX_SERVERS = 4
 """Servers kept per pytest process (each holds torch and vLLM: ~1 GB); the least recently
 used one is closed for a fifth."""
 START_TIMEOUT_S = 180
+PID_TIMEOUT_S = 30.0
+"""How long the server may take to fork a child and say its pid; past it the server is lost."""
+REAP_TIMEOUT_S = 60.0
+"""How long the server may take to say a killed child is gone; past it the server is lost."""
+
+
+class ServerLost(Exception):
+    """The fork server fell out of step before it said how a run ended."""
 
 
 def kill_session(pid: int) -> None:
@@ -70,48 +82,83 @@ class _Zygote:
         self.env = dict(env)
         self.proc = subprocess.Popen([python, str(ZYGOTE), *prelude], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     text=True, env=self.env, start_new_session=True)
+                                     env=self.env, start_new_session=True)
         assert self.proc.stdout is not None and self.proc.stdin is not None
-        self._in: IO[str] = self.proc.stdin
-        self._out: IO[str] = self.proc.stdout
+        self._in: IO[bytes] = self.proc.stdin
+        self._out = self.proc.stdout.fileno()
+        self._pending = b""  # read from the pipe, not yet answered: `select` cannot see it
+        self.lost = False
         self._read(START_TIMEOUT_S)  # {"ready": pid}
 
     def _read(self, timeout: float) -> dict[str, Any]:
-        ready, _, _ = select.select([self._out], [], [], timeout)
-        if not ready:
-            raise TimeoutError
-        line = self._out.readline()
-        if not line:
-            raise RuntimeError("the fork server exited")
+        """The server's next line. Read from the raw pipe into `_pending`: two answers that
+        arrive together (a quick child's pid and exit code, while this process was starved)
+        must not leave the second in a file object's buffer, which `select` does not see: in CI
+        that timed out a run and left every later run of its server one answer behind."""
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._pending:
+            ready, _, _ = select.select([self._out], [], [], max(deadline - time.monotonic(), 0))
+            if not ready:
+                raise TimeoutError
+            chunk = os.read(self._out, 1 << 16)
+            if not chunk:
+                raise RuntimeError("the fork server exited")
+            self._pending += chunk
+        line, _, self._pending = self._pending.partition(b"\n")
         answer: dict[str, Any] = json.loads(line)
         return answer
+
+    def _answer(self, key: str, timeout: float, *, deadline: bool = False) -> int | None:
+        """The server's next answer, `{key: N}`. No answer in `timeout` is None where that is
+        the run's own `deadline`; anything else that is not the answer loses the server."""
+        try:
+            value = self._read(timeout)[key]
+            if isinstance(value, int):
+                return value
+        except TimeoutError:
+            if deadline:
+                return None
+        except (RuntimeError, ValueError, LookupError, TypeError, OSError):
+            pass
+        self.lost = True
+        raise ServerLost(f"no {key!r} answer in step")
 
     def run(self, target: dict[str, str], argv: list[str], env: Mapping[str, str],
             timeout: float, retry: bool = True) -> subprocess.CompletedProcess[str]:
         """Run `target` ({"script": path} or {"module": name}) with `argv[1:]`. A child that
         timed out before its own set-up (its stdout file never made: stuck between the fork and
-        its `setsid`, where killing its session cannot reach it; seen twice in CI under load,
-        on a script that prints one line) is killed by its pid and run once more."""
+        its `setsid`, where killing its session cannot reach it) is killed by its pid and run
+        once more. `ServerLost` where the server fell out of step before it said how the run
+        ended (it is then `lost`, as it is where it lost step while reaping a timed-out run)."""
         with tempfile.TemporaryDirectory(prefix="script-run-") as tmp:
             out, err = Path(tmp, "stdout"), Path(tmp, "stderr")
             request = {**target, "args": argv[1:], "env": dict(env),
                        "cwd": os.getcwd(), "stdout": str(out), "stderr": str(err)}
-            self._in.write(json.dumps(request) + "\n")
-            self._in.flush()
-            pid = self._read(30)["pid"]
             try:
-                rc = self._read(timeout)["rc"]
-            except TimeoutError:
-                kill_session(pid)
-                stalled = not out.exists()
-                if stalled:
-                    with contextlib.suppress(ProcessLookupError, PermissionError):
-                        os.kill(pid, signal.SIGKILL)
-                self._read(60)  # the server reaps it and says so: the protocol stays in step
-                if stalled and retry:
-                    return self.run(target, argv, env, timeout, retry=False)
-                raise subprocess.TimeoutExpired(argv, timeout,
-                                                _text(out), _text(err)) from None
+                self._in.write(json.dumps(request).encode() + b"\n")
+                self._in.flush()
+            except OSError:
+                self.lost = True
+                raise ServerLost("its pipe is closed") from None
+            pid = self._answer("pid", PID_TIMEOUT_S)
+            assert pid is not None
+            try:
+                rc = self._answer("rc", timeout, deadline=True)
+                if rc is None:  # past the deadline
+                    kill_session(pid)
+                    stalled = not out.exists()
+                    if stalled:
+                        with contextlib.suppress(ProcessLookupError, PermissionError):
+                            os.kill(pid, signal.SIGKILL)
+                    try:
+                        self._answer("rc", REAP_TIMEOUT_S)  # reaped: the server stays in step
+                    except ServerLost:
+                        if stalled:
+                            raise  # it never started: the caller makes it afresh
+                        stalled = False
+                    if stalled and retry:
+                        return self.run(target, argv, env, timeout, retry=False)
+                    raise subprocess.TimeoutExpired(argv, timeout, _text(out), _text(err))
             finally:  # what the child left behind in its session (vLLM helpers)
                 kill_session(pid)
             return subprocess.CompletedProcess(argv, rc,
@@ -119,10 +166,22 @@ class _Zygote:
                                                err.read_text(errors="replace"))
 
     def close(self) -> None:
+        """Stop the server, and a child it said it forked and did not see end."""
         with contextlib.suppress(OSError):
             self._in.close()
         kill_session(self.proc.pid)
         self.proc.wait()
+        with contextlib.suppress(OSError):  # what it wrote before it stopped, not yet read
+            while select.select([self._out], [], [], 0)[0] and (chunk := os.read(self._out,
+                                                                                 1 << 16)):
+                self._pending += chunk
+        for line in self._pending.splitlines():
+            with contextlib.suppress(ValueError, AttributeError):
+                pid = json.loads(line).get("pid")
+                if isinstance(pid, int):
+                    kill_session(pid)
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(pid, signal.SIGKILL)
 
 
 def _text(path: Path) -> str:
@@ -156,6 +215,12 @@ def _server(python: str, prelude: Sequence[str], env: Mapping[str, str],
     return server
 
 
+def _forget(server: _Zygote) -> None:
+    for key in [key for key, known in _servers.items() if known is server]:
+        del _servers[key]
+    server.close()
+
+
 @atexit.register
 def _close_servers() -> None:
     while _servers:
@@ -169,7 +234,13 @@ def _run(target: dict[str, str], argv: list[str], env: Mapping[str, str], timeou
     server = _server(python, prelude, env, starts_engine)
     if server is not None:
         process_count.count_run()
-        return server.run(target, argv, env, timeout)
+        try:
+            return server.run(target, argv, env, timeout)
+        except ServerLost:
+            pass  # how the run ended is unknown: it is made again below, in a fresh process
+        finally:
+            if server.lost:
+                _forget(server)
     command = [python, target["script"]] if "script" in target else [python, "-m",
                                                                        target["module"]]
     with subprocess.Popen([*command, *argv[1:]], stdout=subprocess.PIPE,
