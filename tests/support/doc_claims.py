@@ -13,6 +13,7 @@ from benchmarks.paired.targets import adaptive_target
 from support.carry_figures import CARRY_CLAIMS
 from support.cost_figures import COST_CLAIMS
 from support.noise_figures import NOISE_CLAIMS
+from support.priced_figures import PRICED_CLAIMS
 from support.result_tables import result
 from support.run_figures import (
     CONTROLLER_PAGE,
@@ -272,4 +273,4 @@ CLAIMS = [
           aa_misses_adaptive_target),
 ]
 CLAIMS += [Claim(*claim) for claim in (*RUN_CLAIMS, *COST_CLAIMS, *VISIT_CLAIMS,
-                                        *NOISE_CLAIMS, *CARRY_CLAIMS)]
+                                        *NOISE_CLAIMS, *CARRY_CLAIMS, *PRICED_CLAIMS)]
