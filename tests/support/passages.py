@@ -13,6 +13,10 @@ which k ran before a block decides how many rows are in a passage when it starts
 carry-over a switchback of short blocks inherits), while the share of *tokens* emitted in a
 passage is the text's, the same under every k.
 
+As in vLLM, a step verifies the drafts proposed after the step before, at that step's k: a
+step's k (the lookup's, `num_spec_tokens_to_schedule`) is what the proposer drafts after it. So
+the first step at a new k drafts nothing new yet: its rows are what the k before left.
+
 A step takes `base` (times 1 + `switch` when it verifies drafts) plus `per_token` per verified
 token, times lognormal noise and a drifting host. `fixed_rate` is ground truth: a k held fixed
 over many steps, noise-free.
@@ -64,6 +68,8 @@ class Passages:
         self.writes: list[tuple[int, int, int]] = []
         self.steps_at: Counter[int] = Counter()
         self.t = 0
+        self.proposed = -1
+        """The k the proposer drafted at after the last step (-1: no step yet)."""
 
     def seconds(self, batch: int, drafted: int) -> float:
         """A step's mean seconds, without noise or drift."""
@@ -99,7 +105,8 @@ class Passages:
         self.t += 1
         land_writes(self.writes, self.lookup, self.t)
         k = self.lookup[batch]
-        tokens, drafted = self.advance(batch, k)
+        tokens, drafted = self.advance(batch, k if self.proposed < 0 else self.proposed)
+        self.proposed = k
         seconds = self.seconds(batch, drafted) * self.host(self.t) * math.exp(
             self.rng.gauss(0.0, self.noise))
         self.steps_at[k] += 1
