@@ -1,26 +1,32 @@
-"""The figures of "All four workloads at c=16 and c=32 with priced pairs" in
-docs/schedule-controller.md, each computed from its result file (`support/doc_claims.py` checks
-them against the page)."""
+"""The figures of "All four workloads at c=16 and c=32 with priced pairs" and "c=4 with priced
+pairs" in docs/schedule-controller.md and of the README's sentence on them, each computed from
+its result file (`support/doc_claims.py` checks them against the page)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from support.noise_figures import ALL_120, WARM_IG
-from support.result_tables import RUN_PAIRS_MARGIN, result
+from support.result_tables import RUN_PAIRS_MARGIN
 from support.run_figures import (
     CONTROLLER_PAGE,
+    aa_entry,
     best_entry,
     cell_best,
+    cell_of,
     controller_cells,
     geometric_mean,
+    interval_points,
     k0_range,
     run_pairs_aa,
     run_pairs_met,
     within,
 )
+from support.visit_figures import share_range
 
 PRICED_120 = "controller-runs-steady-c16-c32-uniform-priced"
+C4_PRICED = "controller-runs-steady-c4-uniform-priced"
+C4_RAW = "controller-runs-steady-c4-uniform-carry"
 
 
 def met_cells(name: str) -> str:
@@ -30,40 +36,34 @@ def met_cells(name: str) -> str:
     return ", ".join(cells[:-1]) + f" and {cells[-1]}" if len(cells) > 1 else "".join(cells)
 
 
-def aa_width(name: str) -> float:
-    cell = next(c for c in result(name)["cells"] if c["arms"][-1] != "controller")
-    entry = next(iter(cell["against_last"].values()))
-    return float(entry["high"] - entry["low"])
-
-
 def width_ratio() -> str:
     """How many times the raw-pairs run's A/A interval this run's is, in words."""
-    words = {2: "twice", 3: "three times", 4: "four times"}
-    return words[round(aa_width(PRICED_120) / aa_width(ALL_120))]
+    widths = [e["high"] - e["low"] for e in (aa_entry(PRICED_120), aa_entry(ALL_120))]
+    return {2: "twice", 3: "three times", 4: "four times"}[round(widths[0] / widths[1])]
 
 
 def misses_above_point() -> tuple[str, str]:
     """The widths (points) of the best-k intervals of cells that miss but read >= 0.98."""
-    widths = [100 * (e["high"] - e["low"]) for c in controller_cells(PRICED_120)
+    widths = [interval_points(PRICED_120, c["workload"], c["concurrency"], 1)
+              for c in controller_cells(PRICED_120)
               if (e := best_entry(PRICED_120, c["workload"], c["concurrency"]))["low"]
               < RUN_PAIRS_MARGIN <= e["ratio"]]
-    return f"{min(widths):.1f}", f"{max(widths):.1f}"
-
-
-def explored_range(workload: str, concurrency: int) -> tuple[str, str]:
-    (cell,) = [c for c in controller_cells(PRICED_120)
-               if (c["workload"], c["concurrency"]) == (workload, concurrency)]
-    shares = [round(100 * v) for v in cell["explore_share"].values()]
-    return str(min(shares)), str(max(shares))
+    return min(widths, key=float), max(widths, key=float)
 
 
 def table_of(name: str, workload: str, concurrency: int) -> dict[str, int]:
-    (cell,) = [c for c in controller_cells(name)
-               if (c["workload"], c["concurrency"]) == (workload, concurrency)]
-    return dict(cell["table_after"])
+    return dict(cell_of(name, workload, concurrency)["table_after"])
+
+
+def same_tables(one: str, other: str) -> bool:
+    def tables(name: str) -> dict[tuple[str, int], dict[str, int]]:
+        return {(c["workload"], c["concurrency"]): c["table_after"]
+                for c in controller_cells(name)}
+    return tables(one) == tables(other)
 
 
 PRICED_CLAIMS: list[tuple[str, str, Callable[[], tuple[str, ...]]]] = [
+    # "All four workloads at c=16 and c=32 with priced pairs"
     (CONTROLLER_PAGE, r"The A/A of this run \(k0 against k0, open_ended, c=32\) read (\S+ \[\S+ "
      r"\S+\]), an interval (\w+(?: \w+)?) as wide as the raw-pairs run's \((\S+ \[\S+ \S+\])\)",
      lambda: (run_pairs_aa(PRICED_120), width_ratio(), run_pairs_aa(ALL_120))),
@@ -85,26 +85,8 @@ PRICED_CLAIMS: list[tuple[str, str, Callable[[], tuple[str, ...]]]] = [
               str(table_of(WARM_IG, "input_grounded", 16)["4-7"]),
               cell_best(PRICED_120, "multi_turn", 16),
               str(set(table_of(PRICED_120, "multi_turn", 16).values()).pop()),
-              *explored_range("multi_turn", 16), *misses_above_point())),
-]
-
-C4_PRICED = "controller-runs-steady-c4-uniform-priced"
-C4_RAW = "controller-runs-steady-c4-uniform-carry"
-
-
-def width_points(name: str, workload: str, concurrency: int) -> str:
-    entry = best_entry(name, workload, concurrency)
-    return f"{100 * (entry['high'] - entry['low']):.1f}"
-
-
-def same_tables(one: str, other: str) -> bool:
-    def tables(name: str) -> dict[tuple[str, int], dict[str, int]]:
-        return {(c["workload"], c["concurrency"]): c["table_after"]
-                for c in controller_cells(name)}
-    return tables(one) == tables(other)
-
-
-PRICED_CLAIMS += [
+              *share_range(PRICED_120, "multi_turn", 16), *misses_above_point())),
+    # "c=4 with priced pairs"
     (CONTROLLER_PAGE, r"The A/A of the priced run \(k0 against k0, open_ended, c=4\) read "
      r"(\S+ \[\S+ \S+\])\.", lambda: (run_pairs_aa(C4_PRICED),)),
     (CONTROLLER_PAGE, r"\*\*(\d) of (\d) cells met\*\* by the interval's low end \((\d) of 4 with "
@@ -120,14 +102,12 @@ PRICED_CLAIMS += [
      r"cell \(([\d.]+) to ([\d.]+)\)\.",
      lambda: (cell_best(C4_PRICED, "mt_bench", 4),
               cell_best(C4_PRICED, "mt_bench", 4, True).split(" ", 1)[1],
-              width_points(C4_PRICED, "mt_bench", 4),
+              interval_points(C4_PRICED, "mt_bench", 4, 1),
               cell_best(C4_RAW, "mt_bench", 4, True), within(C4_PRICED), within(C4_RAW),
               geometric_mean(C4_PRICED), geometric_mean(C4_RAW), *k0_range(C4_PRICED))),
-]
-
-PRICED_CLAIMS.append(
     ("README.md", r"With priced pairs after 120 s of warm-up, (\d) of (\d) cells at c=16 and 32 "
      r"are met \((\d) with raw pairs, other cells\) and (\d) of (\d) at c=4 \((\d) with raw "
      r"pairs, with the same tables\)",
      lambda: (*run_pairs_met(PRICED_120), run_pairs_met(ALL_120)[0], *run_pairs_met(C4_PRICED),
-              run_pairs_met(C4_RAW)[0])))
+              run_pairs_met(C4_RAW)[0])),
+]

@@ -25,10 +25,15 @@ def best_k_range(name: str) -> tuple[str, str]:
     return f"{min(best):.3f}", f"{max(best):.3f}"
 
 
-def run_pairs_aa(name: str) -> str:
-    """The run's A/A cell (one arm against itself) as the docs quote it."""
+def aa_entry(name: str) -> dict:
+    """The run's A/A cell's entry (one arm against itself)."""
     cell = next(c for c in result(name)["cells"] if c["arms"][-1] != "controller")
-    e = next(iter(cell["against_last"].values()))
+    return next(iter(cell["against_last"].values()))
+
+
+def run_pairs_aa(name: str) -> str:
+    """The run's A/A cell as the docs quote it."""
+    e = aa_entry(name)
     return f"{e['ratio']:.3f} [{e['low']:.3f}, {e['high']:.3f}]"
 
 
@@ -208,10 +213,15 @@ def geometric_mean(name: str) -> str:
     return f"{math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}"
 
 
+def cell_of(name: str, workload: str, concurrency: int) -> dict:
+    """The run's controller cell of `workload` at `concurrency`."""
+    return next(c for c in controller_cells(name)
+                if (c["workload"], c["concurrency"]) == (workload, concurrency))
+
+
 def best_entry(name: str, workload: str, concurrency: int) -> dict:
     """A controller cell's best fixed k: its `against_last` entry with the lowest ratio."""
-    cell = next(c for c in controller_cells(name)
-                if (c["workload"], c["concurrency"]) == (workload, concurrency))
+    cell = cell_of(name, workload, concurrency)
     return min(cell["against_last"].values(), key=lambda e: e["ratio"])
 
 
@@ -221,10 +231,10 @@ def cell_best(name: str, workload: str, concurrency: int, interval: bool = False
         else f"{e['ratio']:.3f}"
 
 
-def interval_points(name: str, workload: str, concurrency: int) -> str:
+def interval_points(name: str, workload: str, concurrency: int, digits: int = 0) -> str:
     """The width of a cell's best-fixed-k interval, in points (hundredths)."""
     e = best_entry(name, workload, concurrency)
-    return f"{100 * (e['high'] - e['low']):.0f}"
+    return f"{100 * (e['high'] - e['low']):.{digits}f}"
 
 
 def shares_at(name: str, label: str) -> tuple[str, str]:

@@ -65,11 +65,12 @@ def probe_figures() -> tuple[str, ...]:
             str(sum(b["paired"] for b in before.values())))
 
 
-def share_range(name: str, workload: str | None = None) -> tuple[str, str]:
+def share_range(name: str, workload: str | None = None,
+                concurrency: int | None = None) -> tuple[str, str]:
     """The lowest and highest share (%) of a bucket's steps explored over the run's cells (of
-    `workload`'s alone, where given)."""
+    `workload`'s alone, at `concurrency` alone, where given)."""
     found = [v for c in controller_cells(name) if workload in (None, c["workload"])
-             for v in c["explore_share"].values()]
+             and concurrency in (None, c["concurrency"]) for v in c["explore_share"].values()]
     return f"{100 * min(found):.0f}", f"{100 * max(found):.0f}"
 
 
