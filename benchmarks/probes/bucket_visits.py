@@ -84,12 +84,13 @@ def summary(steps: list[tuple[Any, ...]]) -> dict[str, Any]:
 
 def arms_at_end(state: Any) -> dict[str, dict[str, float]]:
     """Each arm of a bucket at the end, against its incumbent: pairs since its last reset, the
-    decayed mean log ratio, its bounds at the "clearly worse" level (1 - `back_off`) and its
-    exploration gap in incumbent blocks."""
+    decayed mean gain (`core/pair_price.py` `pair_gain`; `log_gain`, the mean log ratio, in
+    runs before pairs were rate differences), its bounds at the "clearly worse" level
+    (1 - `back_off`) and its exploration gap in incumbent blocks."""
     from vllm_specdec_plugin.core.schedule_params import CONTROLLER_DEFAULTS
 
     level = 1.0 - CONTROLLER_DEFAULTS.back_off
-    return {f"k{k}": {"pairs": arm.pairs, "log_gain": round(arm.log_gain, 4),
+    return {f"k{k}": {"pairs": arm.pairs, "gain": round(arm.gain, 4),
                       "low": round(arm.bounds(level)[0], 4),
                       "high": round(arm.bounds(level)[1], 4), "gap": arm.gap}
             for k, arm in sorted(state.arms.items()) if k != state.incumbent}

@@ -9,7 +9,8 @@ where they differ.
 
 Per bucket and (explored k, incumbent k), it reports:
 - the pairs;
-- the mean and spread of their log ratios;
+- the mean and spread of what the controller read of them (`pair_gain`: rate differences over
+  the incumbent's rate; log ratios in results written before pairs were rate differences);
 - how much of that spread the share of rows that drafted explains. The n-gram proposer drafts
   for a row only where its context has a match: a property of the text, whatever the k.
 
@@ -36,8 +37,9 @@ from benchmarks.lib.results import RESULTS_DIR, command, write_json
 
 def recording_controller(meta: dict[str, Any]) -> Any:
     """A `ScheduleController` with the run's prior, k set and parameters that also keeps, per
-    pair, its log ratio and the draft shares (drafts / (rows * k)) of its exploration block and
-    of its two incumbent neighbours pooled (None at k=0)."""
+    pair, what `judge` read of it and the draft shares (drafts / (rows * k)) of its
+    exploration block and of its two incumbent neighbours pooled (None at k=0). Pairs are
+    read as this code reads them (rate differences), whatever the run's rule was then."""
     from vllm_specdec_plugin.core.schedule_control import ControllerParams, ScheduleController
 
     # A run recorded before its rule's parameters were: the rule then, every pair as it ran.
@@ -84,9 +86,9 @@ def recording_controller(meta: dict[str, Any]) -> Any:
             estimate, seen = state.arms[pending[0]], []
             judge = estimate.judge
 
-            def recorded(log_ratio: float, *args: Any) -> int:
-                seen.append(log_ratio)
-                return judge(log_ratio, *args)
+            def recorded(gain: float, *args: Any) -> int:
+                seen.append(gain)
+                return judge(gain, *args)
 
             estimate.judge = recorded
             incumbent = state.incumbent
@@ -123,7 +125,7 @@ def explained(values: list[float], xs: list[float]) -> tuple[float, float]:
 
 def pair_table(pairs: list[tuple[int, int, int, float, tuple[float | None, ...]]]
                ) -> dict[str, Any]:
-    """Per bucket and (explored k, incumbent k): pairs, mean and sd of the log ratios, and the
+    """Per bucket and (explored k, incumbent k): pairs, mean and sd of the pairs' gains, and the
     sd left by a line in the exploration block's draft share, in its neighbours', and in the
     first less the second (a side at k=0 counts 0), where there are four pairs or more; where
     both k draft, that difference's mean and its standard error."""
@@ -131,8 +133,8 @@ def pair_table(pairs: list[tuple[int, int, int, float, tuple[float | None, ...]]
 
     groups: dict[tuple[int, int, int], list[tuple[float, tuple[float | None, ...]]]] = (
         defaultdict(list))
-    for key, arm, incumbent, log_ratio, xs in pairs:
-        groups[(key, arm, incumbent)].append((log_ratio, xs))
+    for key, arm, incumbent, gain, xs in pairs:
+        groups[(key, arm, incumbent)].append((gain, xs))
     table: dict[str, Any] = {}
     for (key, arm, incumbent), rows in sorted(groups.items()):
         ratios = [r for r, _ in rows]

@@ -1,7 +1,8 @@
 """The schedule controller's statistics (`core/schedule_control.py`). Pure Python, no I/O.
 
-Per arm (a k in a batch-size bucket), a decayed sample of paired log ratios against the bucket's
-incumbent: pairs weighted w = `decay ** age`, mean sum(w x) / sum(w), effective number of pairs
+Per arm (a k in a batch-size bucket), a decayed sample of paired relative gains against the
+bucket's incumbent (`core/pair_price.py` `pair_gain`: rate differences, unbiased where log ratios
+are not): pairs weighted w = `decay ** age`, mean sum(w x) / sum(w), effective number of pairs
 n_eff = (sum w)^2 / sum(w^2) (2 at two fresh pairs, at most (1 + decay) / (1 - decay)), and the
 reliability-weighted unbiased variance sum(w (x - mean)^2) / (sum w - sum w^2 / sum w), floored
 by what the arms' token yields imply (`block_var`). A one-sided bound is
@@ -86,7 +87,7 @@ class ArmEstimate:
     weight_sq: float = 0.0
     """sum(w^2), for the effective number of pairs."""
     total: float = 0.0
-    """sum(w x) over the paired log ratios x = log(this k's rate / the incumbent's)."""
+    """sum(w x) over the paired gains x = (this k's rate - the incumbent's) / the incumbent's."""
     total_sq: float = 0.0
     """sum(w x^2)."""
     floor_var: float = 0.0
@@ -104,15 +105,15 @@ class ArmEstimate:
     low: float = math.inf
     """A low envelope of the arm's step time (per incumbent-step equivalent): drops to a faster
     step at once, rises by at most `RISE` a step (`ControllerParams.outlier` is against it)."""
-    yields: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
-    """Decayed sums over the arm's blocks of yield per row, steps and row-steps (kept across
-    resets: they describe the arm, not a comparison)."""
+    yields: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0, 0.0])
+    """Decayed sums over the arm's blocks of yield per row, steps, row-steps and time (kept
+    across resets: they describe the arm, not a comparison)."""
 
-    def add(self, log_ratio: float, decay: float, floor: float = 0.0) -> None:
+    def add(self, gain: float, decay: float, floor: float = 0.0) -> None:
         self.weight = self.weight * decay + 1.0
         self.weight_sq = self.weight_sq * decay * decay + 1.0
-        self.total = self.total * decay + log_ratio
-        self.total_sq = self.total_sq * decay + log_ratio * log_ratio
+        self.total = self.total * decay + gain
+        self.total_sq = self.total_sq * decay + gain * gain
         self.floor_var += (floor - self.floor_var) / self.weight
         self.pairs += 1
 
@@ -124,21 +125,26 @@ class ArmEstimate:
         self.pairs = 0
 
     @property
-    def log_gain(self) -> float:
-        """Decayed mean of the log ratios (0 before any pair)."""
+    def gain(self) -> float:
+        """Decayed mean of the pairs' relative gains (0 before any pair)."""
         return self.total / self.weight if self.weight > 0.0 else 0.0
+
+    @property
+    def log_gain(self) -> float:
+        """`gain` as a log ratio of rates."""
+        return math.log1p(max(self.gain, -1.0 + 1e-12))
 
     def n_eff(self) -> float:
         """(sum w)^2 / sum(w^2)."""
         return self.weight * self.weight / self.weight_sq if self.weight_sq > 0.0 else 0.0
 
     def std_error(self) -> float:
-        """Standard error of `log_gain`: sd / sqrt(n_eff), the sd the larger of the pairs'
+        """Standard error of `gain`: sd / sqrt(n_eff), the sd the larger of the pairs'
         and the floor's; inf below two pairs."""
         n = self.n_eff()
         if self.pairs < 2 or n <= 1.0:
             return math.inf
-        mean = self.log_gain
+        mean = self.gain
         var = max(self.total_sq / self.weight - mean * mean, 0.0) * n / (n - 1.0)
         return math.sqrt(max(var, self.floor_var) / n)
 
@@ -148,28 +154,28 @@ class ArmEstimate:
         return math.inf if math.isinf(se) else t_quantile(p, self.n_eff() - 1.0) * se
 
     def bounds(self, p: float) -> tuple[float, float]:
-        """(low, high): one-sided bounds on the true mean log ratio, each wrong with
+        """(low, high): one-sided bounds on the true mean gain, each wrong with
         probability 1 - p ((-inf, inf) before two pairs)."""
         half = self.half_width(p)
-        return self.log_gain - half, self.log_gain + half
+        return self.gain - half, self.gain + half
 
     def win_chance(self, margin: float) -> float:
-        """How likely the true mean log ratio exceeds `margin` (normal approximation; 0.5
+        """How likely the true mean gain exceeds `margin` (normal approximation; 0.5
         before two pairs)."""
         se = self.std_error()
         if math.isinf(se):
             return 0.5
         if se <= 0.0:
-            return 1.0 if self.log_gain > margin else 0.0
-        return 1.0 - NormalDist().cdf((margin - self.log_gain) / se)
+            return 1.0 if self.gain > margin else 0.0
+        return 1.0 - NormalDist().cdf((margin - self.gain) / se)
 
-    def watch(self, log_ratio: float) -> None:
+    def watch(self, gain: float) -> None:
         """Before `add`: the CUSUM steps on the new pair, standardised by the prediction sd;
         past `CUSUM_H` on either side the traffic changed and the evidence restarts."""
         spread = self.std_error() * math.sqrt(self.n_eff() + 1.0)
         if math.isinf(spread):
             return
-        off = log_ratio - self.log_gain
+        off = gain - self.gain
         z = off / spread if spread > 0.0 else math.copysign(math.inf if off else 0.0, off)
         z = max(-CUSUM_CLIP, min(z, CUSUM_CLIP))
         self.up = max(0.0, self.up + z - CUSUM_K)
@@ -177,31 +183,36 @@ class ArmEstimate:
         if max(self.up, self.down) > CUSUM_H:
             self.reset()
 
-    def judge(self, log_ratio: float, floor: float, decay: float, alpha: float, margin: float,
+    def judge(self, gain: float, floor: float, decay: float, alpha: float, margin: float,
               min_pairs: int, back_off: float) -> int:
         """Take one pair (after the change detector has seen it, from `min_pairs` on) and
         decide: 1 when the lower bound at 1 - alpha clears `margin` (a switch), -1 when the
         upper one at 1 - back_off is below -margin (clearly worse: explored rarely), else 0;
         never before `min_pairs` pairs."""
         if self.pairs >= min_pairs:
-            self.watch(log_ratio)
-        self.add(log_ratio, decay, floor)
+            self.watch(gain)
+        self.add(gain, decay, floor)
         if self.pairs < min_pairs:
             return 0
-        if self.log_gain - self.half_width(1.0 - alpha) > margin:
+        if self.gain - self.half_width(1.0 - alpha) > margin:
             return 1
-        return -1 if self.log_gain + self.half_width(1.0 - back_off) < -margin else 0
+        return -1 if self.gain + self.half_width(1.0 - back_off) < -margin else 0
 
-    def count_block(self, yields: float, steps: int, rows: int) -> None:
-        """A closed block of this arm: its sum of yield per row, steps and row-steps."""
+    def count_block(self, yields: float, steps: int, rows: int, time: float) -> None:
+        """A closed block of this arm: its sums of yield per row, steps, row-steps and time."""
         sums = self.yields
         sums[0] = sums[0] * YIELD_DECAY + yields
         sums[1] = sums[1] * YIELD_DECAY + steps
         sums[2] = sums[2] * YIELD_DECAY + rows
+        sums[3] = sums[3] * YIELD_DECAY + time
+
+    def rate(self) -> float:
+        """The arm's yield per row over time, pooled over its blocks (0 before one)."""
+        return self.yields[0] / self.yields[3] if self.yields[3] > 0.0 else 0.0
 
     def floor(self, k: int, row_steps: float) -> float:
         """`block_var` of a block of `row_steps` row-steps of this arm (k)."""
-        total, steps, rows = self.yields
+        total, steps, rows, _ = self.yields
         accepted = (total / steps - 1.0) / k if steps > 0.0 and k > 0 else 0.0
         return block_var(accepted, rows, k, row_steps)
 
@@ -252,8 +263,9 @@ def relative_gain(arms: dict[int, ArmEstimate], incumbent: int, k: int
     have = [e for v, e in ((k, arm), (0, zero)) if v != incumbent]
     if any(e.pairs == 0 for e in have):
         return None
-    mid = arm.log_gain - zero.log_gain
-    half = math.sqrt(sum(e.half_width(0.95) ** 2 for e in have))
+    mid = arm.log_gain - zero.log_gain  # log((1 + gain of k) / (1 + gain of k=0))
+    # each gain's half-width on the log scale, to first order: d log(1 + g) = dg / (1 + g)
+    half = math.sqrt(sum((e.half_width(0.95) / max(1.0 + e.gain, 1e-6)) ** 2 for e in have))
     pairs = min(e.pairs for e in have)
     if math.isinf(half):
         return (math.exp(mid), 0.0, math.inf, pairs)

@@ -81,9 +81,33 @@ def matched_share(*blocks: Measure) -> float:
     return sum(b.yields - (b.steps - b.drafting) for b in drafting) / total
 
 
-def pair_log_ratio(explored: Measure, before: Measure, after: Measure) -> float:
-    """The explored block's rate over its two neighbours' pooled (by time), in log; each
-    drafting block with a `draft_time` at the text's share."""
+def priced_rates(explored: Measure, before: Measure, after: Measure) -> tuple[float, float]:
+    """(the explored block's rate, its two neighbours' pooled by time), each drafting block
+    with a `draft_time` at the text's share."""
     phi = matched_share(explored, before, after)
     (ye, te), (yb, tb), (ya, ta) = (at_text_share(b, phi) for b in (explored, before, after))
-    return math.log(max(ye * (tb + ta), LOG_EPS) / max(te * (yb + ya), LOG_EPS))
+    return ye / max(te, LOG_EPS), (yb + ya) / max(tb + ta, LOG_EPS)
+
+
+def pair_log_ratio(explored: Measure, before: Measure, after: Measure) -> float:
+    """The explored block's rate over its two neighbours' pooled, in log (the probes' measure
+    of a pair, `benchmarks/probes/carry_over.py`). Its mean over pairs leans against the side
+    whose rate varies more (Jensen): the controller decides on `pair_gain`."""
+    explored_rate, neighbours_rate = priced_rates(explored, before, after)
+    return math.log(max(explored_rate, LOG_EPS) / max(neighbours_rate, LOG_EPS))
+
+
+def pair_gain(explored: Measure, before: Measure, after: Measure, reference: float) -> float:
+    """The explored block's rate less its two neighbours' pooled, over `reference` (the
+    incumbent's rate over many blocks): a relative gain linear in both blocks' yields, so its
+    mean over pairs is the true one, however skewed a block's yield. A log ratio's mean
+    (`pair_log_ratio`) falls below the log of the true ratio by half the explored block's
+    relative variance less half its neighbours': at batch 1, where a step yields 1 or 1 + k
+    tokens, by one to two points against the noisier side (docs/schedule-controller.md,
+    "Pairs as rate differences"). The reference comes from many blocks, so its own noise
+    scales a pair without biasing it; falling back to the neighbours' rate (`reference` <= 0)
+    gives up that."""
+    explored_rate, neighbours_rate = priced_rates(explored, before, after)
+    if reference <= 0.0:
+        reference = max(neighbours_rate, LOG_EPS)
+    return (explored_rate - neighbours_rate) / reference

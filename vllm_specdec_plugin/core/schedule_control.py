@@ -6,13 +6,14 @@ with blocks at another in one engine are a paired comparison at millisecond grai
 
 Per batch-size bucket (1, 2-3, 4-7, ...) the lookup holds one k for a block of steps: mostly the
 incumbent (the fixed table's value is the prior), now and then another k of the schedule's own
-set between two incumbent blocks. Its rate over the pooled rate of both neighbours is one paired
-ratio (`core/arm_stats.py` keeps them per arm). A k replaces the incumbent only when the one-sided
-bound of its mean log ratio clears `margin` (`ControllerParams.alpha`: the error rate). Each
-other k is explored as often as it may win (`_pace`), rarely once its upper bound is below
--margin. Every arm's evidence restarts at a switch, one arm's when its CUSUM says the traffic
-changed. A switch also moves the buckets with no decision of their own, in batch order
-(`_carried`).
+set between two incumbent blocks. Its rate less the pooled rate of both neighbours, over the
+incumbent's rate, is one paired gain (`core/pair_price.py` `pair_gain`: linear in the yields,
+so unbiased where a log ratio leans against the noisier block; `core/arm_stats.py` keeps them
+per arm). A k replaces the incumbent only when the one-sided bound of its mean gain clears
+`margin` (`ControllerParams.alpha`: the error rate). Each other k is explored as often as it
+may win (`_pace`), rarely once its upper bound is below -margin. Every arm's evidence restarts
+at a switch, one arm's when its CUSUM says the traffic changed. A switch also moves the
+buckets with no decision of their own, in batch order (`_carried`).
 
 A block's rate: yield per row (tokens / batch, summed over steps) over time in incumbent-step
 equivalents (seconds over `BatchShape`, the incumbent's step time at that batch, fitted online),
@@ -41,7 +42,7 @@ import math
 from collections.abc import Container, Sequence
 
 from vllm_specdec_plugin.core.arm_stats import CUSUM_H, ArmEstimate, BatchShape, relative_gain
-from vllm_specdec_plugin.core.pair_price import Measure, draft_time, pair_log_ratio
+from vllm_specdec_plugin.core.pair_price import Measure, draft_time, pair_gain
 from vllm_specdec_plugin.core.schedule_params import CONTROLLER_DEFAULTS, ControllerParams
 from vllm_specdec_plugin.core.schedule_state import (
     HISTORY_MAX,
@@ -210,7 +211,7 @@ class ScheduleController:
         state.steps += n
         # The shared cost model learns from the block's mean step (once a block, not a step).
         self.costs.observe(round(block.rows / n), round(block.drafted / n), block.seconds / n)
-        estimate.count_block(block.yields, n, block.rows)
+        estimate.count_block(block.yields, n, block.rows, block.time)
         batch, first = block.rows / n, self.params.text_share_from_batch
         priced = block.arm and first and bucket_bounds(state.key)[0] >= first  # else as ran
         measure = Measure(block.yields, block.time, float(block.rows), n, block.drafting,
@@ -243,14 +244,13 @@ class ScheduleController:
 
     def _paired(self, state: BucketState, pending: tuple[int, Measure, Measure],
                 after: Measure) -> None:
-        """One pair: the exploration block's rate over its two neighbours' pooled rate."""
+        """One pair: the exploration block's gain over its two neighbours (`pair_gain`)."""
         arm, explored, before = pending
-        log_ratio = pair_log_ratio(explored, before, after)
+        gain = pair_gain(explored, before, after, state.arms[state.incumbent].rate())
         floor = state.arms[arm].floor(arm, explored.rows) + state.arms[state.incumbent].floor(
             state.incumbent, before.rows + after.rows)
-        p = self.params
-        estimate = state.arms[arm]
-        verdict = estimate.judge(log_ratio, floor, p.decay, p.alpha, p.margin, p.min_pairs,
+        p, estimate = self.params, state.arms[arm]
+        verdict = estimate.judge(gain, floor, p.decay, p.alpha, p.margin, p.min_pairs,
                                  p.back_off)
         if verdict > 0:
             self._switch(state, arm)
@@ -267,7 +267,7 @@ class ScheduleController:
         if estimate.up > CUSUM_H / 2:
             return p.explore_every
         if verdict < 0:
-            depth = 1 << max(0, min(int(-estimate.log_gain / p.margin), 16))
+            depth = 1 << max(0, min(int(-estimate.gain / p.margin), 16))
             return min(max(estimate.gap * 2, p.explore_every * depth), p.explore_every_max)
         if estimate.pairs < p.min_pairs:
             return p.explore_every

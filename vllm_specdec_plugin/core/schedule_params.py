@@ -14,8 +14,8 @@ class ControllerParams:
     block_steps: int = 6
     """A block lasts this many incumbent steps' time (by steps while that is unknown)."""
     margin: float = 0.02
-    """A k replaces the incumbent only when it beats it by this share of tokens/s (log scale),
-    and is clearly worse only below -margin (confidence 1 - `alpha`, 1 - `back_off`)."""
+    """A k replaces the incumbent only when it beats it by this share of tokens/s (a relative
+    gain), and is clearly worse only below -margin (confidence 1 - `alpha`, 1 - `back_off`)."""
     alpha: float = 0.005
     """One-sided error rate per decision: a switch needs mean - t(1 - alpha, n_eff - 1) * sd /
     sqrt(n_eff) above `margin`, so at any one look an arm whose true gain is at most `margin`

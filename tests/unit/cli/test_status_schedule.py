@@ -136,7 +136,7 @@ def test_status_json_and_text_carry_the_step_costs(tmp_path):
     assert list(exported["buckets"]) == ["1-1", "16-31"]  # smallest bucket first
     line = next(row for row in render_text(status).splitlines() if row.startswith("step costs"))
     assert line.endswith("1-1 10.2 ms (+0.818 ms/drafted token) · "
-                         "16-31 10.2 ms (+0.167 ms/drafted token)")
+                         "16-31 10.2 ms (+0.127 ms/drafted token)")
     # no controller: no key, no line
     bare = status_of(read_counters(parse_metrics("vllm:generation_tokens_total 3\n")))
     assert "step_costs" not in json.loads(bare.to_json())

@@ -22,14 +22,14 @@ from vllm_specdec_plugin.core.step_cost import bucket_label
 
 
 def live_run(seed: int, monkeypatch: pytest.MonkeyPatch) -> tuple[dict, list[float]]:
-    """A run recorded as `bucket_visits` records it, and every log ratio its controller
-    judged, in order."""
+    """A run recorded as `bucket_visits` records it, and every pair its controller judged
+    (as read), in order."""
     judged: list[float] = []
     judge = ArmEstimate.judge
 
-    def counting(self: ArmEstimate, log_ratio: float, *args: object) -> int:
-        judged.append(log_ratio)
-        return judge(self, log_ratio, *args)
+    def counting(self: ArmEstimate, gain: float, *args: object) -> int:
+        judged.append(gain)
+        return judge(self, gain, *args)
 
     monkeypatch.setattr(ArmEstimate, "judge", counting)
     controller = ScheduleController(PRIOR, K_SET)

@@ -31,23 +31,25 @@ def test_a_bucket_visited_too_briefly_for_a_pair_pairs_across_visits():
     """Visits of 8 steps at batch 1 (each after a long absence): too short for three blocks
     and two changes of k, long enough for an incumbent block and an exploration; the next
     visit's first incumbent block completes the pair. Measured on 6 seeds over 20000 steps:
-    6-14 pairs against k=0 and 9-17 against k=2, none dropped unpaired, 7-15% of the steps
-    exploring, the prior (k=5, 13% ahead of k=2, 30% of k=0) kept on every seed. (b90a005:
-    no exploration started, nothing learned; with the pair dropped when the visit ends, no
-    pair.)"""
+    10-19 pairs against k=0 and 12-18 against k=2, none dropped unpaired, 13-20% of the steps
+    exploring, the prior (k=5, 13% ahead of k=2, 30% of k=0) kept on every seed; over 40
+    seeds 7-20% exploring, mean 14% (13% with pairs read as log ratios, before pairs were
+    rate differences). (b90a005: no exploration started, nothing learned; with the pair
+    dropped when the visit ends, no pair.)"""
     for seed in range(6):
         controller = ScheduleController(PRIOR, K_SET)
         Traffic(seed, {2: 1.15, 5: 1.3}, 1).run(controller, tails(visit=8), 20000)
         state = controller.buckets[bucket(1)]
         assert round(state.visits) == 8 and state.unpaired == 0, seed
         assert state.arms[0].pairs >= 5 and state.arms[2].pairs >= 5, seed
-        assert state.explore_steps / state.steps <= 0.2 and state.incumbent == 5, seed
+        assert state.explore_steps / state.steps <= 0.22 and state.incumbent == 5, seed
 
 
 def test_a_bucket_visited_briefly_pairs_in_shorter_blocks():
     """Visits of 20 steps at batch 1: blocks of 3 steps fit a pair in three quarters of a
-    visit (measured: none unpaired, 8-34 pairs against k=0 and 10-39 against k=2 over 20000
-    steps, 5-21% of the steps exploring; b90a005: 1 unpaired, 9-28 and 23-56, 9-22%); the
+    visit (measured: none unpaired, 11-19 pairs against k=0 and 9-33 against k=2 over 20000
+    steps, 6-13% of the steps exploring; with log-ratio pairs 8-34, 10-39 and 5-21%; b90a005:
+    1 unpaired, 9-28 and 23-56, 9-22%); the
     prior (the best) stays on all 6 seeds. With full blocks of 6 the visit ends before the
     pair (a rule before: explorations dropped unpaired, their arm's wait doubled)."""
     for seed in range(6):
@@ -73,8 +75,10 @@ def draining(seed: int, low: int = 10, high: int = 49) -> Iterator[int]:
 def test_a_bucket_of_varied_short_visits_finds_the_best_k():
     """The top bucket of draining closed batches (visits of 10-49 steps), k=5 12% ahead of
     k=0 (the prior) and 5.6% of k=2. Measured on 20 seeds: every seed leaves k=0 (for k=2 or
-    k=5) within 6231 steps, the median seed by 2449; k=5 is the incumbent within 10000 steps
-    on 17 (18 within 20000; the other two hold k=2, 5.6% behind). Before explorations were
+    k=5) within 4933 steps, the median 2196 (the 11th seed by 2329); k=5 is the incumbent
+    within 10000 steps on 18 (19 within 20000; the other holds k=2, 5.6% behind, k=5 reading
+    +5.2% over 38 pairs). With log-ratio pairs: 6231, the 11th seed by 2449, 17 and 18.
+    Before explorations were
     paired across visits (b90a005: the whole pair had to fit a visit, one the visit ended
     dropped) k=0 was left by a median of 4352 steps, at most 6048, and k=5 was reached within
     10000 on 19. Exploring only where the whole pair fits, or dropping a pair the visit ends,
@@ -130,10 +134,11 @@ def positional_visits(seed: int, engine: Positional) -> Iterator[int]:
 def test_pairs_across_visits_keep_equal_arms_apart_where_acceptance_drifts_in_a_visit():
     """A pair whose neighbours lie in two visits compares other requests at other positions.
     Arms equal on average, their acceptance rising (or falling) by 60% across each visit:
-    measured over 200 visits on 40 seeds, 2 moved off the prior where it rises, none where it
-    falls (b90a005, each pair inside one visit: none and 2). Asked here, 20 seeds and 120
-    visits each way: at most 2 move (measured 1 and 0; at `alpha` 0.05, ten times the
-    default, 1 and 3, and at 0.2, 7 and 10)."""
+    measured over 200 visits on 40 seeds, 1 moved off the prior where it rises, none where it
+    falls (2 and none with log-ratio pairs; b90a005, each pair inside one visit: none and 2).
+    Asked here, 20 seeds and 120 visits each way: at most 2 move (measured 1 and 0, as with
+    log-ratio pairs, with which `alpha` 0.05, ten times the default, gave 1 and 3, and 0.2, 7
+    and 10)."""
     for slope in (0.6, -0.6):
         moved = 0
         for seed in range(20):
