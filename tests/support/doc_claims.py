@@ -12,6 +12,7 @@ from typing import Any
 from benchmarks.paired.targets import adaptive_target
 from support.carry_figures import CARRY_CLAIMS
 from support.cost_figures import COST_CLAIMS
+from support.gain_figures import GAIN_CLAIMS
 from support.noise_figures import NOISE_CLAIMS
 from support.priced_figures import PRICED_CLAIMS
 from support.result_tables import result
@@ -273,4 +274,5 @@ CLAIMS = [
           aa_misses_adaptive_target),
 ]
 CLAIMS += [Claim(*claim) for claim in (*RUN_CLAIMS, *COST_CLAIMS, *VISIT_CLAIMS,
-                                        *NOISE_CLAIMS, *CARRY_CLAIMS, *PRICED_CLAIMS)]
+                                        *NOISE_CLAIMS, *CARRY_CLAIMS, *PRICED_CLAIMS,
+                                        *GAIN_CLAIMS)]
