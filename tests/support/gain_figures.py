@@ -1,6 +1,7 @@
-"""The figures of "c=1 with pairs read as rate differences" in docs/schedule-controller.md and of
-the README's sentence on it, each computed from its result file (`support/doc_claims.py` checks
-them against the page)."""
+"""The figures of "c=1 with pairs read as rate differences" and "Again with priced pairs and pairs
+read as rate differences" (ShareGPT) in docs/schedule-controller.md and of the README's sentence
+on the first, each computed from its result file (`support/doc_claims.py` checks them against
+the page)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ from collections.abc import Callable
 from support.priced_figures import met_cells, same_tables
 from support.run_figures import (
     CONTROLLER_PAGE,
+    aa_entry,
+    best_entry,
     cell_best,
     controller_cells,
     geometric_mean,
+    interval_points,
     k0_range,
     run_pairs_aa,
     run_pairs_met,
@@ -19,6 +23,9 @@ from support.run_figures import (
 )
 
 GAIN_C1 = "controller-runs-steady-c1-gain"
+GAIN_SHAREGPT = "sharegpt-controller-uniform-gain"
+LOG_SHAREGPT = "sharegpt-controller-uniform"
+"""ShareGPT before priced pairs and rate-difference pairs."""
 LOG_C1 = "controller-runs-steady"
 """The same command with pairs read as log ratios (790c02d)."""
 
@@ -48,6 +55,19 @@ def overlap_everywhere(name: str, other: str) -> str:
                                for key in one) else "not every cell"
 
 
+def aa_points(name: str) -> str:
+    """The width of the run's A/A interval, in points, one decimal."""
+    e = aa_entry(name)
+    return f"{100 * (e['high'] - e['low']):.1f}"
+
+
+def best_of(name: str, concurrency: int) -> tuple[str, str]:
+    """(ratio, k) of the sharegpt cell's best fixed arm."""
+    cell = next(c for c in controller_cells(name) if c["concurrency"] == concurrency)
+    arm = min(cell["against_last"], key=lambda k: cell["against_last"][k]["ratio"])
+    return f"{best_entry(name, 'sharegpt', concurrency)['ratio']:.3f}", arm[1:]
+
+
 GAIN_CLAIMS: list[tuple[str, str, Callable[[], tuple[str, ...]]]] = [
     (CONTROLLER_PAGE, r"The A/A \(k0 against k0, open_ended, c=1\): (\S+ \[\S+ \S+\]) \((\S+ "
      r"\[\S+ \S+\]) in the log-ratio run\)\.",
@@ -69,6 +89,22 @@ GAIN_CLAIMS: list[tuple[str, str, Callable[[], tuple[str, ...]]]] = [
      lambda: (cell_best(GAIN_C1, "mt_bench", 1, True),)),
     (CONTROLLER_PAGE, r"One run each: the two runs' intervals overlap in (every cell|not every "
      r"cell),", lambda: (overlap_everywhere(GAIN_C1, LOG_C1),)),
+    # ShareGPT, "Again with priced pairs and pairs read as rate differences"
+    (CONTROLLER_PAGE, r"The A/A beside them \(k0 against k0, c=32\) read (\S+ \[\S+ \S+\]), an "
+     r"interval ([\d.]+) points wide \(([\d.]+) in the run above\)\.",
+     lambda: (run_pairs_aa(GAIN_SHAREGPT), aa_points(GAIN_SHAREGPT), aa_points(LOG_SHAREGPT))),
+    (CONTROLLER_PAGE, r"\*\*(\d) of (\d) cells met\*\* \((\d) of (\d) in the run above\)\. By the "
+     r"point the controller is within 2% of the best fixed arm in (both|not both), ([\d.]+) of "
+     r"fixed k=(\d) at c=16 and ([\d.]+) of fixed k=(\d) at c=32; the intervals are ([\d.]+) "
+     r"and ([\d.]+) points wide, as wide as the A/A's\. (Every bucket ended|Not every bucket "
+     r"ended) at the k it ended at in the run above\.",
+     lambda: (*run_pairs_met(GAIN_SHAREGPT), *run_pairs_met(LOG_SHAREGPT),
+              "both" if within(GAIN_SHAREGPT) == "2" else "not both",
+              *best_of(GAIN_SHAREGPT, 16), *best_of(GAIN_SHAREGPT, 32),
+              interval_points(GAIN_SHAREGPT, "sharegpt", 16, 1),
+              interval_points(GAIN_SHAREGPT, "sharegpt", 32, 1),
+              "Every bucket ended" if same_tables(GAIN_SHAREGPT, LOG_SHAREGPT)
+              else "Not every bucket ended")),
     ("README.md", r"At c=1 with pairs read as rate differences \(.+?\), whose mean .+? at batch "
      r"1, (\d) of (\d) cells are met \((\d) with log-ratio pairs\), every cell again at k=(\d)",
      lambda: (*run_pairs_met(GAIN_C1), run_pairs_met(LOG_C1)[0], common_k(GAIN_C1, LOG_C1))),
