@@ -104,7 +104,7 @@ def pair_gain(explored: Measure, before: Measure, after: Measure, reference: flo
     (`pair_log_ratio`) falls below the log of the true ratio by half the explored block's
     relative variance less half its neighbours': at batch 1, where a step yields 1 or 1 + k
     tokens, by one to two points against the noisier side (docs/schedule-controller.md,
-    "Pairs as rate differences"). The reference comes from many blocks, so its own noise
+    "What one pair reads"). The reference comes from many blocks, so its own noise
     scales a pair without biasing it; falling back to the neighbours' rate (`reference` <= 0)
     gives up that."""
     explored_rate, neighbours_rate = priced_rates(explored, before, after)
