@@ -27,6 +27,10 @@ after a shift of d sd about 5 / (d - 0.5) looks to notice, two at least: one wil
 host that jumped between two blocks) restarts nothing."""
 YIELD_DECAY = 0.98
 """Per block of an arm, the weight of its older token yields (behind the variance floor)."""
+LOG_HALF_MAX = 20.0
+"""The widest log-scale half-width `relative_gain` reports as an interval: a gain's mean near or
+below -1 (a noisy arm that read as making almost nothing against the reference) has no log
+scale; its interval is (0, inf)."""
 FIT_DECAY = 0.95
 """Per incumbent block, the weight of `BatchShape`'s older blocks."""
 
@@ -267,6 +271,6 @@ def relative_gain(arms: dict[int, ArmEstimate], incumbent: int, k: int
     # each gain's half-width on the log scale, to first order: d log(1 + g) = dg / (1 + g)
     half = math.sqrt(sum((e.half_width(0.95) / max(1.0 + e.gain, 1e-6)) ** 2 for e in have))
     pairs = min(e.pairs for e in have)
-    if math.isinf(half):
+    if not half < LOG_HALF_MAX:  # not defined yet, or an arm read near (or below) no tokens
         return (math.exp(mid), 0.0, math.inf, pairs)
     return (math.exp(mid), math.exp(mid - half), math.exp(mid + half), pairs)
