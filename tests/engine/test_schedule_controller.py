@@ -108,7 +108,11 @@ def test_switchback_reports_both_arms(tiny_llama, tmp_path):
     assert report["arms"] == ["k0", "k5"]
     assert cell["arm0"]["blocks"] > 5 and cell["arm1"]["blocks"] > 5
     assert cell["pairs"] > 5 and cell["low"] <= cell["ratio"] <= cell["high"]
-    assert cell["ratio"] > 1.0  # the loop is copied: k=5 beats k=0
+    # The loop is copied, so k=5's drafts are accepted: more tokens in a block of as many
+    # steps. (Not its tokens/s: whether k=5 is also faster in time is a benchmark's question,
+    # and on a loaded 2-core host one run read 0.97.)
+    per_block = [cell[arm]["tokens"] / cell[arm]["blocks"] for arm in ("arm0", "arm1")]
+    assert per_block[1] > 1.5 * per_block[0], per_block
 
 
 def test_a_users_schedule_is_never_rewritten(tiny_llama, tmp_path):
