@@ -13,6 +13,7 @@ from support.run_figures import (
     aa_entry,
     best_entry,
     cell_best,
+    cell_of,
     controller_cells,
     geometric_mean,
     interval_points,
@@ -44,15 +45,11 @@ def common_k(name: str, other: str) -> str:
 
 def overlap_everywhere(name: str, other: str) -> str:
     """Whether each cell's best-fixed-k interval overlaps the other run's."""
-    def intervals(run: str) -> dict[tuple[str, int], tuple[float, float]]:
-        found = {}
-        for c in controller_cells(run):
-            e = min(c["against_last"].values(), key=lambda entry: entry["ratio"])
-            found[(c["workload"], c["concurrency"])] = (e["low"], e["high"])
-        return found
-    one, two = intervals(name), intervals(other)
-    return "every cell" if all(one[key][0] <= two[key][1] and two[key][0] <= one[key][1]
-                               for key in one) else "not every cell"
+    def overlaps(workload: str, concurrency: int) -> bool:
+        one, two = (best_entry(run, workload, concurrency) for run in (name, other))
+        return one["low"] <= two["high"] and two["low"] <= one["high"]
+    return "every cell" if all(overlaps(c["workload"], c["concurrency"])
+                               for c in controller_cells(name)) else "not every cell"
 
 
 def aa_points(name: str) -> str:
@@ -63,9 +60,9 @@ def aa_points(name: str) -> str:
 
 def best_of(name: str, concurrency: int) -> tuple[str, str]:
     """(ratio, k) of the sharegpt cell's best fixed arm."""
-    cell = next(c for c in controller_cells(name) if c["concurrency"] == concurrency)
-    arm = min(cell["against_last"], key=lambda k: cell["against_last"][k]["ratio"])
-    return f"{best_entry(name, 'sharegpt', concurrency)['ratio']:.3f}", arm[1:]
+    against = cell_of(name, "sharegpt", concurrency)["against_last"]
+    arm = min(against, key=lambda k: against[k]["ratio"])
+    return f"{against[arm]['ratio']:.3f}", arm[1:]
 
 
 GAIN_CLAIMS: list[tuple[str, str, Callable[[], tuple[str, ...]]]] = [

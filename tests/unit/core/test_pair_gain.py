@@ -13,19 +13,18 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections import defaultdict
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_schedule_control_noise import K_SET, NEUTRAL, PRIOR, STEADY, Traffic
 
+from benchmarks.probes import pair_noise
 from vllm_specdec_plugin.core import schedule_control
 from vllm_specdec_plugin.core.arm_stats import ArmEstimate, relative_gain
 from vllm_specdec_plugin.core.pair_price import Measure, pair_gain, pair_log_ratio
 from vllm_specdec_plugin.core.schedule_control import ScheduleController
-from vllm_specdec_plugin.core.schedule_state import BucketState
 from vllm_specdec_plugin.core.step_cost import bucket
 
 NEVER = replace(STEADY, margin=5.0)
@@ -35,33 +34,20 @@ CASES = ((5, 0), (2, 5), (0, 5))
 -0.023; as gains +0.001, +0.000, +0.005, each within 2.4 standard errors of 0)."""
 
 
-class Recording(ScheduleController):
-    """The controller, each pair's value kept per explored arm as `_paired` computes it."""
-
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        self.pairs: defaultdict[int, list[float]] = defaultdict(list)
-
-    def _paired(self, state: BucketState, pending: tuple[int, Measure, Measure],
-                after: Measure) -> None:
-        arm, explored, before = pending
-        self.pairs[arm].append(schedule_control.pair_gain(
-            explored, before, after, state.arms[state.incumbent].rate()))
-        super()._paired(state, pending, after)
-
-
 def mean_pairs(incumbent: int, explored: int, seeds: int = 40) -> float:
-    """The mean pair of `explored` against `incumbent` at batch 1, every k as fast as k=0."""
+    """The mean pair of `explored` against `incumbent` at batch 1, every k as fast as k=0: each
+    pair as the controller's `judge` read it (`pair_noise.recording_controller`)."""
     values: list[float] = []
     for seed in range(seeds):
         prior = list(PRIOR)
         prior[1] = incumbent
-        controller = Recording(prior, K_SET, NEVER)
+        controller = pair_noise.recording_controller(
+            {"prior": prior, "k_set": list(K_SET), "controller_params": asdict(NEVER)})
         engine = Traffic(seed, NEUTRAL, 1)
         engine.lookup = list(prior)
         engine.run(controller, 1, 12000)
         assert controller.buckets[bucket(1)].incumbent == incumbent
-        values += controller.pairs[explored]
+        values += [pair[3] for pair in controller.pairs if pair[1] == explored]
     return statistics.mean(values)
 
 
