@@ -65,6 +65,9 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("run_pairs", "benchmarks.probes.run_pairs",
               "a run of k against a run of k=0 in one engine, paired request by request "
               "(decode seconds; what whatif predicts)"),
+    Benchmark("run_pricing", "benchmarks.probes.run_pricing",
+              "run_pairs' runs priced again from their step file (NAME.steps.json), as run "
+              "or with a variant of the fit (no engine)"),
     Benchmark("step_trace", "benchmarks.probes.step_trace",
               "whole runs of fixed k step by step: prefill, after-prefill and decode-only "
               "steps, their time and tokens, and the steady window"),

@@ -30,7 +30,10 @@ The cell's figures, for each arm against the last (`--arms k0,k5`: k0 against k5
 the arm's decode seconds over the last arm's (the same tokens in both: the last arm's speedup
 over it), with a 90% bootstrap interval over the groups, and the median of the per-group
 ratios; with two arms they are also the cell's top-level `ratio`, `low`, `high`. `--arms k0,k0`
-is the A/A. It times the engine: run it alone on the host.
+is the A/A. Beside them, `priced`: the same figures with each run's seconds priced by its
+engine steps (`run_pricing.py`: one step-cost model fitted to every step of the cell, which
+the host's drift from run to run does not move), and each arm's measured seconds over its
+priced ones. It times the engine: run it alone on the host.
 """
 
 from __future__ import annotations
@@ -46,7 +49,9 @@ from typing import Any
 
 from benchmarks.lib.engine_setup import start_llm
 from benchmarks.lib.results import RESULTS_DIR, command, vllm_version, write_json
+from benchmarks.lib.step_fit import Step
 from benchmarks.lib.workloads import LENGTHS, WORKLOADS, output_lengths, workload_token_ids
+from benchmarks.probes.run_pricing import StepLog, encode, priced_against_last
 from vllm_specdec_plugin.core.step_cost import bucket_label
 
 SEED = 20261202
@@ -87,18 +92,24 @@ def run_cell(llm: Any, tokenizer: Any, workload: str, concurrency: int, arms: li
     starts = range(0, len(prompts) - concurrency + 1, concurrency)
     groups = [(prompts[start:start + concurrency], decode[start:start + concurrency])
               for start in starts]
+    log = StepLog.of(runtime)
+    warmup: list[tuple[list[Step], float]] = []  # the warm-up's runs: priced figures' fit
     if CONTROLLER in arms:  # a fresh controller learns the cell's traffic, not measured
         runtime.restart(None, fresh=True)
         end = time.perf_counter() + warmup_s
         while time.perf_counter() < end:
             for batch, params in groups:
+                log.start()
                 timed(llm, batch, params)
+                warmup.append(log.take())
                 if time.perf_counter() >= end:
                     break
     distinct = list(dict.fromkeys(arms))
     runs: list[dict[str, list[float]]] = []  # per group: each arm's decode seconds
+    steps: list[dict[str, tuple[list[Step], float]]] = []  # per group: each run's steps
     for batch, params in groups:
         group: dict[str, list[float]] = {arm: [] for arm in distinct}
+        group_steps: dict[str, tuple[list[Step], float]] = {}
         # The prefill first: every arm then finds the batch's prompts in vLLM's prefix cache
         # (the arm served first paid their prefill alone until 2026-12-06).
         hold(runtime, arms[0])
@@ -106,8 +117,11 @@ def run_cell(llm: Any, tokenizer: Any, workload: str, concurrency: int, arms: li
         # every arm once in a drawn order; the A/A (one arm) twice
         for arm in rng.sample(distinct, len(distinct)) if len(distinct) > 1 else arms:
             hold(runtime, arm)
+            log.start()
             group[arm].append(timed(llm, batch, params))
+            group_steps[arm if arm not in group_steps else arm + "#2"] = log.take()
         runs.append({arm: [t - prefill for t in times] for arm, times in group.items()})
+        steps.append(group_steps)
     if len(distinct) == 1:  # the A/A: a group's first run against its second
         per_arm = {arms[0]: [(group[arms[0]][0], group[arms[0]][-1]) for group in runs]}
     else:
@@ -121,6 +135,9 @@ def run_cell(llm: Any, tokenizer: Any, workload: str, concurrency: int, arms: li
             "seconds": [sum(a for a, _ in per_arm[arms[0]]),
                         sum(b for _, b in per_arm[arms[0]])],
             "against_last": against,
+            "priced": priced_against_last(steps, arms, figures, random.Random(SEED), warmup),
+            "steps": encode(steps),
+            "warmup_steps": encode([{CONTROLLER: run} for run in warmup]),
             **(controller_after(runtime.controller) if CONTROLLER in arms
                else dict.fromkeys(AFTER))}
 
@@ -164,7 +181,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=96)
     parser.add_argument("--arms", type=lambda s: s.split(","), default=["k0", "k5"])
     parser.add_argument("--aa", default="open_ended:1",
-                        help="workload:concurrency of the A/A cell (first arm against itself)")
+                        help="workload:concurrency[:arm] of the A/A cell (the arm, by default "
+                             "the first, against itself)")
     parser.add_argument("--groups", type=int,
                         help="batches per cell (requests = groups * concurrency)")
     parser.add_argument("--warmup", type=float, default=15.0,
@@ -187,15 +205,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     tokenizer = llm.get_tokenizer()
     timed(llm, [{"prompt_token_ids": [1, 2, 3]}], __import__("vllm").SamplingParams(
         max_tokens=8))  # warm-up
-    cells = []
+    cells, stepped = [], []
     plan = [(w, c, args.arms) for w in args.workloads for c in args.concurrency]
     if args.aa:
-        workload, concurrency = args.aa.split(":")
-        plan.append((workload, int(concurrency), [args.arms[0], args.arms[0]]))
+        workload, concurrency, *arm = args.aa.split(":")
+        same = arm[0] if arm else args.arms[0]
+        plan.append((workload, int(concurrency), [same, same]))
     for workload, concurrency, arms in plan:
         requests = args.groups * concurrency if args.groups else args.requests
         cell = run_cell(llm, tokenizer, workload, concurrency, arms, requests,
                         args.tokens, rng, args.warmup, args.lengths)
+        stepped.append({key: cell.pop(key) for key in ("workload", "concurrency", "arms",
+                                                        "steps", "warmup_steps")})
+        cell = {**{key: stepped[-1][key] for key in ("workload", "concurrency", "arms")},
+                **cell}
         cells.append(cell)
         print("CELL", json.dumps(cell), flush=True)
     out = {"meta": {"kind": "run-pairs", "command": command("run_pairs",
@@ -205,7 +228,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "max_num_seqs": args.max_num_seqs,
                     "warmup_s": args.warmup, "seed": SEED}, "cells": cells}
     write_json(Path(args.out), out, indent=1)
+    # every run's steps, which the priced figures were computed from, one line beside it
+    write_json(steps_path(Path(args.out)), {"meta": out["meta"], "cells": stepped})
     return 0
+
+
+def steps_path(out: Path) -> Path:
+    """`NAME.json`'s steps: `NAME.steps.json` (`run_pricing.encode` per cell)."""
+    return out.with_name(out.stem + ".steps.json")
 
 
 if __name__ == "__main__":

@@ -20,11 +20,13 @@ from support.run_figures import (
     CONTROLLER_PAGE,
     RUN_CLAIMS,
     best_k_range,
+    controller_cells,
     paired_cell,
     run_pairs_aa,
     run_pairs_met,
     step_trace,
 )
+from support.stepped_figures import STEPPED_CLAIMS
 from support.visit_figures import VISIT_CLAIMS
 
 
@@ -205,7 +207,7 @@ CLAIMS = [
           r"the tokens vLLM emits .* brought that to ([\d.]+) and ([\d.]+) \(",
           lambda: tuple(f"{c['ratio']:.3f}" for name in ("sharegpt-controller-steady-065ff22",
                                                           "sharegpt-controller-steady")
-                        for c in result(name)["cells"] if c["arms"][-1] == "controller")),
+                        for c in controller_cells(name))),
     Claim(CONTROLLER_PAGE, r"as fast as fixed k=5 \(([\d.]+) and ([\d.]+): its exploring",
           lambda: tuple(f"{c['against_last']['k5']['ratio']:.3f}"
                         for name in ("sharegpt-controller-arms-c16", "sharegpt-controller-queue")
@@ -275,4 +277,4 @@ CLAIMS = [
 ]
 CLAIMS += [Claim(*claim) for claim in (*RUN_CLAIMS, *COST_CLAIMS, *VISIT_CLAIMS,
                                         *NOISE_CLAIMS, *CARRY_CLAIMS, *PRICED_CLAIMS,
-                                        *GAIN_CLAIMS)]
+                                        *GAIN_CLAIMS, *STEPPED_CLAIMS)]

@@ -188,6 +188,12 @@ def request_caps_problems(table: Table, cited: list[str]) -> list[str]:
 
 
 RUN_PAIRS_MARGIN = 0.98
+
+
+def is_controller_cell(cell: dict[str, Any]) -> bool:
+    """A run_pairs cell of fixed arms against the controller (its last arm); an A/A cell holds
+    one arm twice, the controller's too (`--aa W:C:controller`)."""
+    return cell["arms"][-1] == "controller" and len(set(cell["arms"])) > 1
 """The controller's target against the best fixed k in a run (issue 37): the interval's low end."""
 
 
@@ -199,12 +205,13 @@ def explored(cell: dict[str, Any]) -> str:
 
 def run_pairs_problems(table: Table, cited: list[str]) -> list[str]:
     """`benchmarks/probes/run_pairs.py`'s controller table: a row per (workload, c), a column
-    "k<N> / controller" per fixed arm (the file's `against_last[kN]`), "best fixed k" the arm
-    with the lowest ratio, "explored" (where quoted) the share of each bucket's steps the
-    controller explored; bold exactly the best arm's cell whose low end misses 0.98."""
+    "k<N> / controller" per fixed arm (the file's `against_last[kN]`; "k<N> / controller,
+    priced": its `priced.against_last[kN]`), "best fixed k" the arm with the lowest ratio,
+    "explored" (where quoted) the share of each bucket's steps the controller explored; bold
+    exactly the best arm's cell (timed or priced, each by its own) whose low end misses 0.98."""
     cells_of = {(cell["workload"], cell["concurrency"]): cell
                 for name in cited for cell in result(name)["cells"]
-                if cell["arms"][-1] == "controller"}
+                if is_controller_cell(cell)}
     heads = [label_of(head) for head in table.header]
     problems: list[str] = []
     for where, cells, cell in keyed_rows(table, cells_of, cited, problems):
@@ -215,16 +222,20 @@ def run_pairs_problems(table: Table, cited: list[str]) -> list[str]:
                 problems.append(f"{where}: best fixed k {quoted!r}, the file's is {best}")
             if head == "explored" and quoted != explored(cell):
                 problems.append(f"{where}: explored {quoted!r}, the file's is {explored(cell)!r}")
-            arm = re.fullmatch(r"(k\d+) / controller", head)
+            arm = re.fullmatch(r"(k\d+) / controller(, priced)?", head)
             if arm is None:
                 continue
-            entry, match = against.get(arm.group(1)), _CELL.match(quoted)
+            # a priced column: the file's `priced` figures, bold by its own best arm
+            source = (cell.get("priced") or {}).get("against_last", {}) if arm.group(2) \
+                else against
+            entry, match = source.get(arm.group(1)), _CELL.match(quoted)
             if entry is None or match is None:
                 problems.append(f"{where}: {head} {quoted!r} against {entry}")
                 continue
             problems += figure_problems(where, head, match,
                                         (entry["ratio"], entry["low"], entry["high"]))
-            miss = arm.group(1) == best and entry["low"] < RUN_PAIRS_MARGIN
+            best_here = min(source, key=lambda k: source[k]["ratio"])
+            miss = arm.group(1) == best_here and entry["low"] < RUN_PAIRS_MARGIN
             if (match.group(1) is not None) != miss:
                 problems.append(f"{where}: {head} is {'' if match.group(1) else 'not '}bold, "
                                 f"but {'' if miss else 'not '}a miss")

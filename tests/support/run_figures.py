@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from support.result_tables import RUN_PAIRS_MARGIN, result
+from support.result_tables import RUN_PAIRS_MARGIN, is_controller_cell, result
 
 CONTROLLER_PAGE = "docs/schedule-controller.md"
 
 
 def run_pairs_met(name: str) -> tuple[str, str]:
     """(met, cells): controller cells whose best fixed k's interval low is at least 0.98."""
-    cells = [c for c in result(name)["cells"] if c["arms"][-1] == "controller"]
+    cells = controller_cells(name)
     met = sum(min(c["against_last"].values(), key=lambda e: e["ratio"])["low"]
               >= RUN_PAIRS_MARGIN for c in cells)
     return str(met), str(len(cells))
@@ -21,13 +21,13 @@ def run_pairs_met(name: str) -> tuple[str, str]:
 def best_k_range(name: str) -> tuple[str, str]:
     """The lowest and highest best-fixed-k ratio over the run's controller cells."""
     best = [min(e["ratio"] for e in c["against_last"].values())
-            for c in result(name)["cells"] if c["arms"][-1] == "controller"]
+            for c in controller_cells(name)]
     return f"{min(best):.3f}", f"{max(best):.3f}"
 
 
 def aa_entry(name: str) -> dict:
     """The run's A/A cell's entry (one arm against itself)."""
-    cell = next(c for c in result(name)["cells"] if c["arms"][-1] != "controller")
+    cell = next(c for c in result(name)["cells"] if not is_controller_cell(c))
     return next(iter(cell["against_last"].values()))
 
 
@@ -61,7 +61,7 @@ def paired_cell(name: str, concurrency: int, interval: bool = True) -> str:
 
 
 def controller_cells(name: str) -> list[dict]:
-    return [c for c in result(name)["cells"] if c["arms"][-1] == "controller"]
+    return [c for c in result(name)["cells"] if is_controller_cell(c)]
 
 
 def best_ratio(cell: dict) -> float:
