@@ -30,10 +30,11 @@ The cell's figures, for each arm against the last (`--arms k0,k5`: k0 against k5
 the arm's decode seconds over the last arm's (the same tokens in both: the last arm's speedup
 over it), with a 90% bootstrap interval over the groups, and the median of the per-group
 ratios; with two arms they are also the cell's top-level `ratio`, `low`, `high`. `--arms k0,k0`
-is the A/A. Beside them, `priced`: the same figures with each run's seconds priced by its
-engine steps (`run_pricing.py`: one step-cost model fitted to every step of the cell, which
-the host's drift from run to run does not move), and each arm's measured seconds over its
-priced ones. It times the engine: run it alone on the host.
+is the A/A (`--aa W:C:controller`: the controller against itself). Beside them, `priced`:
+the same figures with each run priced by its engine steps (`run_pricing.py`: one step-cost
+model fitted to the cell's decode steps with a host speed per run, so the drift from run to
+run is not in it; every step kept in `NAME.steps.json`), and each arm's measured seconds over
+its priced ones. It times the engine: run it alone on the host.
 """
 
 from __future__ import annotations

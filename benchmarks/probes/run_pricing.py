@@ -1,6 +1,6 @@
 """`run_pairs`' arms priced by their engine steps (`benchmarks/lib/step_fit.py`): the steps
 each run asked of the engine, recorded at the controller runtime's `observe`, priced by one
-step-cost model fitted to every step of the cell.
+step-cost model fitted to the cell's decode steps, each run on a host speed of its own.
 
     python -m benchmarks run_pricing NAME.steps.json [--fit one-speed|no-warmup] [--out FILE]
 

@@ -62,8 +62,8 @@ def test_the_fit_prices_each_arm_as_the_model_it_was_drawn_from(rows):
 
 
 def test_one_stall_does_not_move_the_price():
-    """A 400 ms stall among 1000 steps of 12-14 ms adds 0.4 ms a step (3%) to a plain least
-    squares; the refit without it prices the steps as they truly cost."""
+    """A 400 ms stall among about 1000 steps of 12-15 ms adds 0.4 ms a step (3%) to a plain
+    least squares; the refit without it prices the steps as they truly cost."""
     rng = random.Random(2)
     steps = mixed(1, 170, rng, noise=0.02)
     steps[700] = steps[700]._replace(seconds=0.4)
