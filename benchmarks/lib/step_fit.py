@@ -81,6 +81,12 @@ def _solve(x: np.ndarray, y: np.ndarray, trim: float | None) -> np.ndarray:
     return coef
 
 
+def _buckets(rows: np.ndarray) -> np.ndarray:
+    """`bucket` of each entry of `rows`."""
+    keys: np.ndarray = np.floor(np.log2(np.maximum(rows, 1.0))).astype(np.int64) + 1
+    return keys
+
+
 def switching(runs: Iterable[Sequence[Step]]) -> bool:
     """Whether some run holds decode steps at k=0 and at k>0 in one bucket: the only steps
     that price speculating against not, with the host's drift between runs out of it."""
@@ -141,7 +147,7 @@ def fit_arrays(runs: Sequence[StepArrays], source: str,
     seconds = np.concatenate([run.seconds for run in runs])
     columns = np.column_stack([rows, np.concatenate([run.speculating for run in runs]),
                                np.concatenate([run.drafted for run in runs])])
-    keys = np.floor(np.log2(np.maximum(rows, 1.0))).astype(np.int64) + 1  # `bucket`
+    keys = _buckets(rows)
     ends = np.cumsum([len(run.rows) for run in runs])
     speed = np.ones(len(rows))
     predicted = np.empty(len(rows))
@@ -173,7 +179,7 @@ def step_prices(curve: StepCostCurve, run: StepArrays) -> np.ndarray:
     k > 0 (its drafter runs after it, and its drafts are verified), each draft token verified
     at the per-token price (`StepCostCurve.seconds`, done by array)."""
     out = np.zeros(len(run.rows))
-    keys = np.floor(np.log2(np.maximum(run.rows, 1.0))).astype(np.int64) + 1
+    keys = _buckets(run.rows)
     for key in np.unique(keys):
         at = keys == key
         cost, f = curve.at(int(run.rows[at][0])), curve.fixed_tokens
@@ -188,17 +194,23 @@ def priced(curve: StepCostCurve, steps: Iterable[Step] | StepArrays) -> float:
                              else arrays(steps)).sum())
 
 
+def run_speed(curve: StepCostCurve, run: StepArrays) -> float:
+    """A run's host speed against the curve: the median of its decode steps' measured over
+    priced seconds (a stall in it does not move it)."""
+    return float(np.median(run.seconds / np.maximum(step_prices(curve, run), 1e-12)))
+
+
 def fit_by_k(curve: StepCostCurve, runs: Sequence[StepArrays]) -> dict[int, tuple[float, int]]:
     """The model's error by k, drift left out: per k, the median over the runs' decode steps
-    of measured over priced seconds, each over its run's speed (the median of its run's), and
-    how many steps. 1 for every k: the curve prices a step at each k as it ran against the
+    of measured over priced seconds, each over its run's speed (`run_speed`), and how many
+    steps. 1 for every k: the curve prices a step at each k as it ran against the
     other steps of its run."""
     ratios: list[np.ndarray] = []
     ks: list[np.ndarray] = []
     for run in runs:
         if len(run.rows):
-            ratio = run.seconds / np.maximum(step_prices(curve, run), 1e-12)
-            ratios.append(ratio / float(np.median(ratio)))
+            ratios.append(run.seconds / np.maximum(step_prices(curve, run), 1e-12)
+                          / run_speed(curve, run))
             ks.append(run.k)
     if not ratios:
         return {}

@@ -15,6 +15,7 @@ next), the first from the moment the run was handed to the engine.
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import sys
 import time
@@ -32,6 +33,7 @@ from benchmarks.lib.step_fit import (
     fit_by_k,
     measured_share,
     priced,
+    run_speed,
     step_prices,
     switching,
 )
@@ -156,14 +158,14 @@ def priced_against_last(runs: Runs, arms: Sequence[str],
 
 
 def slowdown(curve: StepCostCurve, runs: Cached, rng: random.Random) -> dict[str, Any]:
-    """What no step's shape shows, per arm: per group, the arm's run's speed (the median of its
-    decode steps' measured over priced seconds) over the other fixed arms' (their geometric
-    mean), as a log; its mean (above 0: the arm's steps ran slower than other arms' steps of
-    the same shape in the same group) with a 90% bootstrap interval, and every group's value.
+    """What no step's shape shows, per arm: per group, the arm's run's speed (`run_speed`)
+    over the other fixed arms' (their geometric mean), as a log; its mean (above 0: the arm's
+    steps ran slower than other arms' steps of the same shape in the same group) with a 90%
+    bootstrap interval, and every group's value.
     The fixed arms' own figures are the yardstick: what the model's error between arms alone
     makes of a run's speed."""
     def speed(run: StepArrays) -> float:
-        return float(np.log(np.median(run.seconds / np.maximum(step_prices(curve, run), 1e-12))))
+        return math.log(run_speed(curve, run))
 
     out: dict[str, Any] = {}
     for arm in dict.fromkeys(key for group in runs for key in group):
