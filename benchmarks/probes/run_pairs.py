@@ -52,7 +52,7 @@ from benchmarks.lib.engine_setup import start_llm
 from benchmarks.lib.results import RESULTS_DIR, command, vllm_version, write_json
 from benchmarks.lib.step_fit import Step
 from benchmarks.lib.workloads import LENGTHS, WORKLOADS, output_lengths, workload_token_ids
-from benchmarks.probes.run_pricing import StepLog, encode, priced_against_last
+from benchmarks.probes.run_pricing import StepLog, encode, interval_of, priced_against_last
 from vllm_specdec_plugin.core.step_cost import bucket_label
 
 SEED = 20261202
@@ -73,8 +73,7 @@ def interval(pairs: list[tuple[float, float]], rng: random.Random) -> tuple[floa
     for _ in range(RESAMPLES):
         drawn = [pairs[rng.randrange(len(pairs))] for _ in pairs]
         ratios.append(sum(a for a, _ in drawn) / sum(b for _, b in drawn))
-    ratios.sort()
-    return ratios[int(0.05 * RESAMPLES)], ratios[int(0.95 * RESAMPLES) - 1]
+    return interval_of(ratios)
 
 
 def run_cell(llm: Any, tokenizer: Any, workload: str, concurrency: int, arms: list[str],

@@ -102,18 +102,20 @@ def priced_against_last(runs: Runs, arms: Sequence[str],
                         ) -> dict[str, Any] | None:
     """Each arm's decode steps priced (one fit to every run of the cell), plus the runtime's
     own seconds, against the last arm's, in `figures`' form; with one arm (the A/A) a group's
-    first run against its second. With a controller arm, `model_error` beside them. The fit
-    also takes the controller's `warmup` runs (not
+    first run against its second. The fit also takes the controller's `warmup` runs (not
     measured, but the same host and traffic, and they switch k far more often than the
     measured runs: at c=1 with 4% of steps explored, a measured controller run of about 20
     steps seldom holds an exploration block). The interval is a bootstrap over the groups (and
     the warm-up's runs, drawn apart) that fits the costs again on each resample, so it holds
-    the fit's own error too. Beside them, per arm,
-    its measured seconds over its priced ones, and per k among the controller's steps the
-    same. None where no run switches k (a cell of fixed arms alone): nothing then prices k>0
-    against k=0 but the runs' own times."""
-    if not switching([steps for group in runs for steps, _ in group.values()]
-                     + [steps for steps, _ in warmup]):
+    the fit's own error too. Beside them, per arm, its measured seconds over its priced ones
+    and the runtime's own seconds; with a controller arm, `model_error` and each arm's run
+    speed (`slowdown`). None where no run switches k (a cell of fixed arms alone): nothing
+    then prices k>0 against k=0 but the runs' own times."""
+    # whether each group, and each warm-up run, holds a run that switches k (once, not per
+    # resample)
+    group_switches = [switching(steps for steps, _ in group.values()) for group in runs]
+    warm_switches = [switching([steps]) for steps, _ in warmup]
+    if not any(group_switches) and not any(warm_switches):
         return None
     distinct = list(dict.fromkeys(arms))
     against = ({distinct[0]: distinct[0] + "#2"} if len(distinct) == 1
@@ -127,8 +129,7 @@ def priced_against_last(runs: Runs, arms: Sequence[str],
     for _ in range(resamples):
         at = [rng.randrange(len(runs)) for _ in runs]
         at_warm = [rng.randrange(len(warmup)) for _ in warmup]
-        if not switching([steps for i in at for steps, _ in runs[i].values()]
-                         + [warmup[i][0] for i in at_warm]):
+        if not any(group_switches[i] for i in at) and not any(warm_switches[i] for i in at_warm):
             continue
         sample = [cached[i] for i in at]
         refit = fit(sample + [warm[i] for i in at_warm], per_run)
@@ -137,11 +138,9 @@ def priced_against_last(runs: Runs, arms: Sequence[str],
     for arm, last in against.items():
         found = figures([(_seconds(curve, g, arm), _seconds(curve, g, last)) for g in cached],
                         rng)
-        ratios = sorted(drawn[arm])
-        if ratios:
-            found["low"] = ratios[int(0.05 * len(ratios))]
-            found["high"] = ratios[int(0.95 * len(ratios)) - 1]
-        found["resamples"] = len(ratios)
+        if drawn[arm]:
+            found["low"], found["high"] = interval_of(drawn[arm])
+        found["resamples"] = len(drawn[arm])
         found["warmup_runs"] = len(warmup)
         out["against_last"][arm] = found
     keys = list(dict.fromkeys(k for g in runs for k in g))
@@ -175,11 +174,13 @@ def slowdown(curve: StepCostCurve, runs: Cached, rng: random.Random) -> dict[str
                       if key not in (arm, "controller") and len(run.rows)]
             if others and len(group[arm][0].rows):
                 values.append(speed(group[arm][0]) - float(np.mean(others)))
-        means = sorted(sum(values[rng.randrange(len(values))] for _ in values) / len(values)
-                       for _ in range(RESAMPLES)) if values else []
+        low = high = None
+        if values:
+            low, high = interval_of([
+                sum(values[rng.randrange(len(values))] for _ in values) / len(values)
+                for _ in range(RESAMPLES)])
         out[arm] = {"mean_log": _round(sum(values) / len(values)) if values else None,
-                    "low": _round(means[int(0.05 * len(means))]) if means else None,
-                    "high": _round(means[int(0.95 * len(means)) - 1]) if means else None,
+                    "low": _round(low), "high": _round(high),
                     "per_group": [round(v, 5) for v in values]}
     return out
 
@@ -243,6 +244,12 @@ def decode(groups: list[dict[str, Any]]) -> list[dict[str, tuple[list[Step], flo
              for key, run in group.items()} for group in groups]
 
 
+def interval_of(draws: Sequence[float]) -> tuple[float, float]:
+    """The 90% percentile interval of a bootstrap's draws (`run_pairs.interval`'s too)."""
+    ranked = sorted(draws)
+    return ranked[int(0.05 * len(ranked))], ranked[int(0.95 * len(ranked)) - 1]
+
+
 def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
 
@@ -267,7 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         warmup = [group["controller"] for group in decode(cell["warmup_steps"])]
         priced_cell = priced_against_last(
             decode(cell["steps"]), cell["arms"], figures, random.Random(SEED),
-            () if args.fit == "no-warmup" else [(steps, own) for steps, own in warmup],
+            () if args.fit == "no-warmup" else warmup,
             per_run=args.fit != "one-speed")
         cells.append({key: cell[key] for key in ("workload", "concurrency", "arms")}
                      | {"priced": priced_cell})
