@@ -69,7 +69,9 @@ def test_same_greedy_tokens_allows_only_a_tie_taken_the_other_way():
 
 
 def test_controller_moves_to_k0_where_drafting_costs_more(tiny_llama, tmp_path):
-    """Batch 4 (bucket 4-7, whose prior is the table's k=2): every step that verifies drafts
+    """Batch 5 (bucket 4-7, whose prior is the table's k=2 at batch 5, the batch size it is
+    first seen at; at batch 4 it would be k=5, whose steps here cost 400 ms: 9 minutes alone
+    against 50 s at batch 5): every step that verifies drafts
     pays a stand-in verifier cost (20 ms per draft token, a sleep in the executor's
     execute_model), far above what the drafts return on this tiny model. At 4 ms a loaded
     2-core host (two test workers) measured the effect at 0.78 [0.51, 1.17] after 12 pairs:
@@ -79,7 +81,7 @@ def test_controller_moves_to_k0_where_drafting_costs_more(tiny_llama, tmp_path):
     of k=0), so the prompts run again, in rounds of 500 tokens (up to 24: the 12,000 steps'
     budget of four rounds of 3000, which ran every round to its end after the decision, 188 s
     in one CI run), until it comes."""
-    spec = {"model": str(tiny_llama), "prompts": [LOOP + str(i) for i in range(4)],
+    spec = {"model": str(tiny_llama), "prompts": [LOOP + str(i) for i in range(5)],
             "max_tokens": 500, "max_num_seqs": 16, "draft_cost_s": 0.02,
             "until": {"bucket": 3, "k": 0, "rounds": 24}}
     out = run(spec, clean_env(OPT_IN, tmp_path))

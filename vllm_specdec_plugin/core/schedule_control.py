@@ -81,19 +81,19 @@ class ScheduleController:
         """Steps still run at the old k after a lookup write (decayed mean): 1 in the
         synchronous engine (from the decision thread), 2 in the asynchronous one."""
 
-    def prior_k(self, key: int) -> int:
-        """The fixed table's k for bucket `key`: its value at the bucket's largest batch size
-        the lookup covers (the lower of a bucket's two table values, where it straddles a
-        break point)."""
+    def prior_k(self, key: int, batch: int | None = None) -> int:
+        """The fixed table's k for bucket `key` at `batch`, the batch size it is first seen at
+        (the k the engine runs then: 4-7 straddles the CPU table's k=5 up to 4, and its lower
+        value started batch 4 below the table); else at its largest batch size the lookup has."""
         high = bucket_bounds(key)[1]
-        index = min(high, len(self.prior) - 1)
+        index = min(high if batch is None else max(batch, 1), len(self.prior) - 1)
         k = self.prior[index] if index >= 1 else self.k_set[-1]
         return k if k in self.k_set else min(self.k_set, key=lambda v: (abs(v - k), v))
 
-    def state(self, key: int) -> BucketState:
+    def state(self, key: int, batch: int | None = None) -> BucketState:
         found = self.buckets.get(key)
         if found is None:
-            prior, (low, high) = self.prior_k(key), bucket_bounds(key)
+            prior, (low, high) = self.prior_k(key, batch), bucket_bounds(key)
             every = self.params.explore_every
             ks = captured_ks(self.k_set, high, self.max_graph_tokens, prior)
             arms = {v: ArmEstimate(gap=every, wait=every) for v in ks}
@@ -137,7 +137,7 @@ class ScheduleController:
         if state is None:
             if not settled:
                 return None
-            state = self.state(batch.bit_length())
+            state = self.state(batch.bit_length(), batch)
         if self.step_index - state.last_seen > STALE_STEPS:
             self._end_visit(state)
         state.last_seen = self.step_index

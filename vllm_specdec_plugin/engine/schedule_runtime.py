@@ -89,15 +89,15 @@ class ControlledScheduler:
         or the controller's block), so that a restart between two runs takes effect at the
         next step, not once a bucket's first settled step has been seen (until then a run of
         one fixed k ran its first steps at the k of the run before). A bucket the controller
-        has not seen keeps the prior."""
+        has not seen holds the table's own values, as a fresh controller starts."""
         for key in range(1, (len(self.lookup) - 1).bit_length() + 1):
             if self.switchback is not None:
-                k = self.switchback.first_k(key)
+                self._write(key, self.switchback.first_k(key))
             elif key in self.controller.buckets:
-                k = self.controller.k_for(key)
+                self._write(key, self.controller.k_for(key))
             else:
-                k = self.controller.prior_k(key)
-            self._write(key, k)
+                low, high = bucket_bounds(key)
+                self.lookup[low:high + 1] = self.prior[low:high + 1]
 
     def _write(self, key: int, k: int) -> None:
         """Bucket `key`'s batch sizes in the lookup (those it holds) to `k`."""

@@ -166,11 +166,24 @@ def test_unsettled_and_prefill_steps_are_not_measured():
     assert controller.buckets[bucket(32)].block.steps == 1
 
 
-def test_a_new_bucket_gets_its_k_written():
-    """Batch 4 is k=5 in vLLM's lookup, the bucket 4-7's prior is the table's k=2 at 7."""
+def test_a_new_bucket_starts_at_the_tables_k_for_the_batch_it_is_first_seen_at():
+    """Bucket 4-7 straddles the table's break point (k=5 up to 4, k=2 from 5): first seen at
+    batch 4 it starts at 5, the k the engine runs there, and writes nothing (it used to take the
+    lower k=2, so the controller ran batch 4 below the fixed table: in seven c=4 runs mt_bench's
+    4-7 never left k=2, 0.96-1.00 of fixed k=5); first seen at 6, at 2. A lookup that holds another k there (an
+    arm of the run before) is written."""
+    for batch, prior in ((4, 5), (6, 2), (7, 2), (5, 2)):
+        controller = ScheduleController(PRIOR, K_SET)
+        controller.observe(Step(batch, prior, 0.1, 2 * batch, prior * batch))
+        assert controller.observe(Step(batch, prior, 0.1, 2 * batch, prior * batch)) is None
+        state = controller.buckets[bucket(4)]
+        assert state.prior == state.incumbent == controller.table()[bucket(4)] == prior
+        controller.observe(Step(12, 0, 0.1, 12, 0))  # another bucket: the first keeps its k
+        controller.observe(Step(batch + 1 if batch < 7 else 4, prior, 0.1, 8, 20))
+        assert controller.table()[bucket(4)] == prior
     controller = ScheduleController(PRIOR, K_SET)
-    controller.observe(Step(4, 5, 0.1, 8, 20))
-    assert controller.observe(Step(4, 5, 0.1, 8, 20)) == (bucket(4), 2)
+    controller.observe(Step(4, 0, 0.1, 4, 0))
+    assert controller.observe(Step(4, 0, 0.1, 4, 0)) == (bucket(4), 5)
 
 
 @STATISTICAL
