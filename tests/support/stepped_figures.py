@@ -186,3 +186,116 @@ STEPPED_CLAIMS: list[tuple[str, str, Callable[[], tuple[str, ...]]]] = [
      lambda: (*met(STEPPED, True), *met(STEPPED, False), *slowdowns(STEPPED)[2:5:2],
               *fixed_speeds(STEPPED))),
 ]
+
+
+PRIOR_C4 = "controller-runs-steady-c4-prior"
+"""The c=4 run with a bucket's prior the table's k at the batch size it is first seen at."""
+C4_BEFORE = ("controller-runs-steady-c4", "controller-runs-steady-c4-tails",
+             "controller-runs-steady-c4-uniform", "controller-runs-steady-c4-uniform-write-ahead",
+             "controller-runs-steady-c4-uniform-carry", "controller-runs-steady-c4-uniform-priced",
+             STEPPED_C4)
+"""Every c=4 run on the page before it."""
+
+
+def kept_before() -> tuple[str, str, str]:
+    """(runs, mt_bench's least and most fixed k=5 / controller by the point) over the c=4
+    runs before; "seven" only where open_ended's and mt_bench's 4-7 ended at k=2 in each."""
+    cells = [c for name in C4_BEFORE for c in controller_cells(name)
+             if c["workload"] in ("open_ended", "mt_bench")]
+    every = all(c["table_after"]["4-7"] == 2 for c in cells)
+    k5 = [c["against_last"]["k5"]["ratio"] for c in cells if c["workload"] == "mt_bench"]
+    runs = {7: "seven"}.get(len(C4_BEFORE), str(len(C4_BEFORE))) if every else "not all"
+    return runs, f"{min(k5):.3f}", f"{max(k5):.3f}"
+
+
+def run_share(name: str, workload: str, k: str) -> str:
+    """A controller cell's share of its priced seconds at `k` in the run's own file, percent."""
+    cell = next(c for c in controller_cells(name) if c["workload"] == workload)
+    return f"{100 * cell['priced']['controller_priced_share_by_k'][k]:.0f}"
+
+
+def settled_at_5(name: str) -> str:
+    """Whether every controller cell ended with 4-7 at k=5 and no switch in any bucket."""
+    cells = controller_cells(name)
+    return "Every" if all(c["table_after"]["4-7"] == 5 and not any(c["switches"].values())
+                          for c in cells) else "Not every"
+
+
+STEPPED_CLAIMS += [
+    (CONTROLLER_PAGE, r"In all (\w+) c=4 runs on this page, open_ended's and mt_bench's 4-7\s+"
+     r"kept that k=2 \(mt_bench (\S+)-(\S+) of fixed k=5 by the point\)",
+     kept_before),
+    (CONTROLLER_PAGE, r"in\s+all (\w+) c=4 runs before, open_ended's and mt_bench's 4-7 never "
+     r"left it", lambda: kept_before()[:1]),
+    (CONTROLLER_PAGE, r"By the priced figures \*\*(\d) of (\d) cells met\*\*, by the timed ones "
+     r"(\d) of (\d) \((\d) of (\d) and (\d) of (\d) in\s+the run before",
+     lambda: (*met((PRIOR_C4,), True), *met((PRIOR_C4,), False), *met((STEPPED_C4,), True),
+              *met((STEPPED_C4,), False))),
+    (CONTROLLER_PAGE, r"(\w+) cell ended with 4-7 at k=5\s+and no switch in any bucket",
+     lambda: (settled_at_5(PRIOR_C4),)),
+    (CONTROLLER_PAGE, r"fixed k=5 against the controller priced (\S+ \[\S+\s+\S+\]) \((\S+ "
+     r"\[\S+\s+\S+\]) before\); the controller spent (\d+)% of its priced seconds at k=2 "
+     r"\((\d+)% before\)",
+     lambda: tuple(x for name in (PRIOR_C4, STEPPED_C4) for x in [shown(next(
+         c for c in controller_cells(name) if c["workload"] == "mt_bench"
+     )["priced"]["against_last"]["k5"])]) + (run_share(PRIOR_C4, "mt_bench", "k2"),
+                                            run_share(STEPPED_C4, "mt_bench", "k2"))),
+    (CONTROLLER_PAGE, r"\*\*The A/A\*\*, the controller against itself: timed (\S+ \[\S+ \S+\]), "
+     r"priced (\S+ \[\S+ \S+\])\.", lambda: aa(PRIOR_C4)),
+]
+STEPPED_CLAIMS.append(
+    ("README.md", r"at c=4 (\d) of (\d) cells meet it priced \((\d) of (\d) timed\)",
+     lambda: (*met((PRIOR_C4,), True), *met((PRIOR_C4,), False))))
+
+PRIOR_C16 = "controller-runs-steady-c16-c32-prior"
+"""The c=16 and c=32 run priced by its steps, with the prior of `PRIOR_C4`."""
+
+
+def inside_both(name: str) -> tuple[str, str, str, str]:
+    """(fixed-arm figures, priced point inside the timed interval, above it, below it)."""
+    pairs = [(c["priced"]["against_last"][arm]["ratio"], e) for c in controller_cells(name)
+             for arm, e in c["against_last"].items()]
+    return (str(len(pairs)), str(sum(e["low"] <= p <= e["high"] for p, e in pairs)),
+            str(sum(p > e["high"] for p, e in pairs)), str(sum(p < e["low"] for p, e in pairs)))
+
+
+def speed_ranges(name: str) -> tuple[str, str, str, str]:
+    """Per cell, the controller's run speed against the fixed arms' (least, most) and the
+    fixed arms' against each other (least, most), in percent with a sign."""
+    cells = [c["priced"]["run_speed_by_arm"] for c in controller_cells(name)]
+    ctl = [100 * (math.exp(c["controller"]["mean_log"]) - 1) for c in cells]
+    fixed = [100 * (math.exp(v["mean_log"]) - 1) for c in cells for arm, v in c.items()
+             if arm != "controller"]
+    return (f"{min(ctl):+.1f}", f"{max(ctl):+.1f}", f"{min(fixed):+.1f}", f"{max(fixed):+.1f}")
+
+
+def cell_entry(name: str, workload: str, concurrency: int, arm: str, priced: bool) -> str:
+    cell = next(c for c in controller_cells(name)
+                if (c["workload"], c["concurrency"]) == (workload, concurrency))
+    return shown((cell["priced"] if priced else cell)["against_last"][arm])
+
+
+STEPPED_CLAIMS += [
+    (CONTROLLER_PAGE, r"By the priced figures \*\*(\d) of (\d) cells met\*\*, by the timed ones "
+     r"(\d) of (\d) \((\d) of (\d) timed in the run of \"All four workloads at c=16 and c=32 "
+     r"with priced pairs\"",
+     lambda: (*met((PRIOR_C16,), True), *met((PRIOR_C16,), False),
+              *met(("controller-runs-steady-c16-c32-uniform-priced",), False))),
+    (CONTROLLER_PAGE, r"The one priced miss is multi_turn at c=16, (\S+ \[\S+ \S+\]) of fixed k=5",
+     lambda: (cell_entry(PRIOR_C16, "multi_turn", 16, "k5", True),)),
+    (CONTROLLER_PAGE, r"against itself at open_ended c=32: timed (\S+ \[\S+ \S+\]), priced (\S+ "
+     r"\[\S+ \S+\])\.", lambda: aa(PRIOR_C16)),
+    (CONTROLLER_PAGE, r"of the (\d+) fixed-arm figures the priced point lies inside the timed "
+     r"interval in (\d+), above it in (\d+), below it in (\d+)\.",
+     lambda: inside_both(PRIOR_C16)),
+    (CONTROLLER_PAGE, r"where fixed k=5 reads (\S+ \[\S+ \S+\]) timed and (\S+ \[\S+ \S+\]) "
+     r"priced\.", lambda: (cell_entry(PRIOR_C16, "open_ended", 32, "k5", False),
+                           cell_entry(PRIOR_C16, "open_ended", 32, "k5", True))),
+    (CONTROLLER_PAGE, r"per cell the controller's runs read (\S+)% to (\S+)% against the fixed "
+     r"arms', the fixed arms (\S+)% to (\S+)% against each other \((\S+)% to (\S+)% in the runs "
+     r"of \"What the priced figures leave out\" above\)",
+     lambda: (*speed_ranges(PRIOR_C16), *fixed_speeds(STEPPED))),
+    (CONTROLLER_PAGE, r"by the priced figures (\d+) of (\d+) cells at c=4, 16 and 32 meet",
+     lambda: tuple(str(sum(int(x) for x in col)) for col in zip(
+         met((PRIOR_C4,), True), met((PRIOR_C16,), True), strict=True))),
+]

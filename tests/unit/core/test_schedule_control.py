@@ -170,8 +170,8 @@ def test_a_new_bucket_starts_at_the_tables_k_for_the_batch_it_is_first_seen_at()
     """Bucket 4-7 straddles the table's break point (k=5 up to 4, k=2 from 5): first seen at
     batch 4 it starts at 5, the k the engine runs there, and writes nothing (it used to take the
     lower k=2, so the controller ran batch 4 below the fixed table: in seven c=4 runs mt_bench's
-    4-7 never left k=2, 0.96-1.00 of fixed k=5); first seen at 6, at 2. A lookup that holds another k there (an
-    arm of the run before) is written."""
+    4-7 never left k=2, 0.96-1.00 of fixed k=5); first seen at 6, at 2. A lookup that holds
+    another k there (an arm of the run before) is written."""
     for batch, prior in ((4, 5), (6, 2), (7, 2), (5, 2)):
         controller = ScheduleController(PRIOR, K_SET)
         controller.observe(Step(batch, prior, 0.1, 2 * batch, prior * batch))
