@@ -49,14 +49,15 @@ def widths(names: tuple[str, ...], priced: bool) -> tuple[str, str]:
     return f"{min(found):.1f}", f"{max(found):.1f}"
 
 
-def inside(names: tuple[str, ...]) -> tuple[str, str, str]:
+def inside(names: tuple[str, ...]) -> tuple[str, str, str, str]:
     """(fixed-arm figures whose priced point lies inside the timed interval, all of them,
-    those outside lying above it)."""
+    those lying above it, those below it)."""
     pairs = [(c["priced"]["against_last"][arm]["ratio"], e) for name in names
              for c in controller_cells(name) for arm, e in c["against_last"].items()]
     within = sum(e["low"] <= p <= e["high"] for p, e in pairs)
     above = sum(p > e["high"] for p, e in pairs)
-    return str(within), str(len(pairs)), str(above)
+    below = sum(p < e["low"] for p, e in pairs)
+    return str(within), str(len(pairs)), str(above), str(below)
 
 
 def model_error_range(names: tuple[str, ...]) -> tuple[str, str]:
@@ -144,11 +145,18 @@ def met_list(names: tuple[str, ...]) -> str:
 
 
 def priced_share(name: str, workload: str, concurrency: int, k: str) -> str:
-    """A controller cell's share of its priced seconds at `k` (the re-pricing), in percent."""
-    cell = next(c for c in result(f"{name}-repriced")["cells"]
-                if (c["workload"], c["concurrency"]) == (workload, concurrency)
-                and len(set(c["arms"])) > 1)
+    """A controller cell's share of its priced seconds at `k` in percent (`name`: the run's
+    file, or its re-pricing `NAME-repriced`)."""
+    cell = next(c for c in controller_cells(name)
+                if (c["workload"], c["concurrency"]) == (workload, concurrency))
     return f"{100 * cell['priced']['controller_priced_share_by_k'][k]:.0f}"
+
+
+def cell_entry(name: str, workload: str, concurrency: int, arm: str, priced: bool) -> str:
+    """A controller cell's figure for `arm`, timed or priced, as the docs quote it."""
+    cell = next(c for c in controller_cells(name)
+                if (c["workload"], c["concurrency"]) == (workload, concurrency))
+    return shown((cell["priced"] if priced else cell)["against_last"][arm])
 
 
 STEPPED_CLAIMS: list[tuple[str, str, Callable[[], tuple[str, ...]]]] = [
@@ -166,7 +174,7 @@ STEPPED_CLAIMS: list[tuple[str, str, Callable[[], tuple[str, ...]]]] = [
      lambda: (lambda i: (i[1], i[0], i[2]))(inside(STEPPED))),
     (CONTROLLER_PAGE, r"mt_bench at c=4, where the controller spent (\d+)% of its priced "
      r"seconds at k=2",
-     lambda: (priced_share(STEPPED_C4, "mt_bench", 4, "k2"),)),
+     lambda: (priced_share(f"{STEPPED_C4}-repriced", "mt_bench", 4, "k2"),)),
     (CONTROLLER_PAGE, r"gives every priced figure of the three runs within 0\.1% \((every|not "
      r"every) one\)",
      lambda: (repriced_same(STEPPED),)),
@@ -208,12 +216,6 @@ def kept_before() -> tuple[str, str, str]:
     return runs, f"{min(k5):.3f}", f"{max(k5):.3f}"
 
 
-def run_share(name: str, workload: str, k: str) -> str:
-    """A controller cell's share of its priced seconds at `k` in the run's own file, percent."""
-    cell = next(c for c in controller_cells(name) if c["workload"] == workload)
-    return f"{100 * cell['priced']['controller_priced_share_by_k'][k]:.0f}"
-
-
 def settled_at_5(name: str) -> str:
     """Whether every controller cell ended with 4-7 at k=5 and no switch in any bucket."""
     cells = controller_cells(name)
@@ -236,10 +238,8 @@ STEPPED_CLAIMS += [
     (CONTROLLER_PAGE, r"fixed k=5 against the controller priced (\S+ \[\S+\s+\S+\]) \((\S+ "
      r"\[\S+\s+\S+\]) before\); the controller spent (\d+)% of its priced seconds at k=2 "
      r"\((\d+)% before\)",
-     lambda: tuple(x for name in (PRIOR_C4, STEPPED_C4) for x in [shown(next(
-         c for c in controller_cells(name) if c["workload"] == "mt_bench"
-     )["priced"]["against_last"]["k5"])]) + (run_share(PRIOR_C4, "mt_bench", "k2"),
-                                            run_share(STEPPED_C4, "mt_bench", "k2"))),
+     lambda: (*(cell_entry(name, "mt_bench", 4, "k5", True) for name in (PRIOR_C4, STEPPED_C4)),
+              *(priced_share(name, "mt_bench", 4, "k2") for name in (PRIOR_C4, STEPPED_C4)))),
     (CONTROLLER_PAGE, r"\*\*The A/A\*\*, the controller against itself: timed (\S+ \[\S+ \S+\]), "
      r"priced (\S+ \[\S+ \S+\])\.", lambda: aa(PRIOR_C4)),
 ]
@@ -251,14 +251,6 @@ PRIOR_C16 = "controller-runs-steady-c16-c32-prior"
 """The c=16 and c=32 run priced by its steps, with the prior of `PRIOR_C4`."""
 
 
-def inside_both(name: str) -> tuple[str, str, str, str]:
-    """(fixed-arm figures, priced point inside the timed interval, above it, below it)."""
-    pairs = [(c["priced"]["against_last"][arm]["ratio"], e) for c in controller_cells(name)
-             for arm, e in c["against_last"].items()]
-    return (str(len(pairs)), str(sum(e["low"] <= p <= e["high"] for p, e in pairs)),
-            str(sum(p > e["high"] for p, e in pairs)), str(sum(p < e["low"] for p, e in pairs)))
-
-
 def speed_ranges(name: str) -> tuple[str, str, str, str]:
     """Per cell, the controller's run speed against the fixed arms' (least, most) and the
     fixed arms' against each other (least, most), in percent with a sign."""
@@ -267,12 +259,6 @@ def speed_ranges(name: str) -> tuple[str, str, str, str]:
     fixed = [100 * (math.exp(v["mean_log"]) - 1) for c in cells for arm, v in c.items()
              if arm != "controller"]
     return (f"{min(ctl):+.1f}", f"{max(ctl):+.1f}", f"{min(fixed):+.1f}", f"{max(fixed):+.1f}")
-
-
-def cell_entry(name: str, workload: str, concurrency: int, arm: str, priced: bool) -> str:
-    cell = next(c for c in controller_cells(name)
-                if (c["workload"], c["concurrency"]) == (workload, concurrency))
-    return shown((cell["priced"] if priced else cell)["against_last"][arm])
 
 
 STEPPED_CLAIMS += [
@@ -287,7 +273,7 @@ STEPPED_CLAIMS += [
      r"\[\S+ \S+\])\.", lambda: aa(PRIOR_C16)),
     (CONTROLLER_PAGE, r"of the (\d+) fixed-arm figures the priced point lies inside the timed "
      r"interval in (\d+), above it in (\d+), below it in (\d+)\.",
-     lambda: inside_both(PRIOR_C16)),
+     lambda: (lambda i: (i[1], i[0], i[2], i[3]))(inside((PRIOR_C16,)))),
     (CONTROLLER_PAGE, r"where fixed k=5 reads (\S+ \[\S+ \S+\]) timed and (\S+ \[\S+ \S+\]) "
      r"priced\.", lambda: (cell_entry(PRIOR_C16, "open_ended", 32, "k5", False),
                            cell_entry(PRIOR_C16, "open_ended", 32, "k5", True))),
