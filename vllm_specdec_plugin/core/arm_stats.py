@@ -109,6 +109,12 @@ class ArmEstimate:
     low: float = math.inf
     """A low envelope of the arm's step time (per incumbent-step equivalent): drops to a faster
     step at once, rises by at most `RISE` a step (`ControllerParams.outlier` is against it)."""
+    run: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0, 0.0])
+    """The pairs behind each CUSUM side now: sum and count of the gains since the upward one
+    last stood at 0, then the same for the downward one (the level the traffic moved to)."""
+    moved: float | None = None
+    """After a change restarted the evidence: the mean gain of the pairs that showed it, the
+    arm's level until `min_pairs` new pairs say otherwise (None: no change seen)."""
     yields: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0, 0.0])
     """Decayed sums over the arm's blocks of yield per row, steps, row-steps and time (kept
     across resets: they describe the arm, not a comparison)."""
@@ -127,6 +133,8 @@ class ArmEstimate:
         self.weight = self.weight_sq = self.total = self.total_sq = self.floor_var = 0.0
         self.up = self.down = 0.0
         self.pairs = 0
+        self.run = [0.0, 0.0, 0.0, 0.0]
+        self.moved = None
 
     @property
     def gain(self) -> float:
@@ -184,8 +192,25 @@ class ArmEstimate:
         z = max(-CUSUM_CLIP, min(z, CUSUM_CLIP))
         self.up = max(0.0, self.up + z - CUSUM_K)
         self.down = max(0.0, self.down - z - CUSUM_K)
+        run = self.run
+        for side, cusum in ((0, self.up), (2, self.down)):
+            run[side], run[side + 1] = (run[side] + gain, run[side + 1] + 1) if cusum else (0, 0)
         if max(self.up, self.down) > CUSUM_H:
+            side = 0 if self.up > self.down else 2
+            moved = run[side] / run[side + 1]
             self.reset()
+            self.moved = moved
+
+    def level(self, min_pairs: int, p: float) -> float:
+        """The gain the arm is fairly sure to reach at most: its upper bound at `p` from
+        `min_pairs` pairs on; before, the level a change moved it to (0 where none did)."""
+        if self.pairs >= min_pairs:
+            return self.bounds(p)[1]
+        return self.moved if self.moved is not None else 0.0
+
+    def rising(self) -> float:
+        """The mean gain of the pairs behind the upward CUSUM (inf while it stands at 0)."""
+        return self.run[0] / self.run[1] if self.run[1] else math.inf
 
     def judge(self, gain: float, floor: float, decay: float, alpha: float, margin: float,
               min_pairs: int, back_off: float) -> int:

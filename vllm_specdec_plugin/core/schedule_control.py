@@ -11,9 +11,10 @@ incumbent's rate, is one paired gain (`core/pair_price.py` `pair_gain`: linear i
 so unbiased where a log ratio leans against the noisier block; `core/arm_stats.py` keeps them
 per arm). A k replaces the incumbent only when the one-sided bound of its mean gain clears
 `margin` (`ControllerParams.alpha`: the error rate). Each other k is explored as often as it
-may win (`_pace`), rarely once its upper bound is below -margin. Every arm's evidence restarts
-at a switch, one arm's when its CUSUM says the traffic changed. A switch also moves the
-buckets with no decision of their own, in batch order (`_carried`).
+may win and no more often than its loss allows (`core/explore_pace.py`). Every arm's evidence
+restarts at a switch, one arm's when its CUSUM says the traffic changed (k=0's also when the
+incumbent's yield moved its way). A switch also moves the buckets with no decision of their
+own, in batch order (`_carried`).
 
 A block's rate: yield per row (tokens / batch, summed over steps) over time in incumbent-step
 equivalents (seconds over `BatchShape`, the incumbent's step time at that batch, fitted online),
@@ -41,7 +42,8 @@ from __future__ import annotations
 import math
 from collections.abc import Container, Sequence
 
-from vllm_specdec_plugin.core.arm_stats import CUSUM_H, ArmEstimate, BatchShape, relative_gain
+from vllm_specdec_plugin.core.arm_stats import ArmEstimate, BatchShape, relative_gain
+from vllm_specdec_plugin.core.explore_pace import pace, zero_level
 from vllm_specdec_plugin.core.pair_price import Measure, draft_time, pair_gain
 from vllm_specdec_plugin.core.schedule_params import CONTROLLER_DEFAULTS, ControllerParams
 from vllm_specdec_plugin.core.schedule_state import (
@@ -223,6 +225,8 @@ class ScheduleController:
             state.step_time = time if state.step_time <= 0.0 else (
                 state.step_time + 0.2 * (time - state.step_time))
             state.shape.add(block.rows / n, block.seconds / n)
+            if block.arm:
+                self._watch_yield(state, block.yields / n, estimate.floor(block.arm, block.rows))
             if state.pending is not None:
                 explored = state.pending[0]
                 self._paired(state, state.pending, measure)
@@ -242,6 +246,21 @@ class ScheduleController:
         state.block = self._new_block(state, k)
         return (state.key, k) if k != running else None
 
+    def _watch_yield(self, state: BucketState, y: float, floor: float) -> None:
+        """An incumbent block's yield to the bucket's `YieldShift`; where the yield moved so
+        that k=0 may now win (`zero_level`), k=0's pairs (other traffic's) restart at that
+        level and it is looked at next."""
+        moved, estimate = state.shift.add(y, floor), state.arms.get(0)
+        if moved is None or estimate is None or state.incumbent == 0:
+            return
+        level = zero_level(estimate.rate(), state.step_time, moved[1])
+        if level is not None and level > -self.params.margin:
+            # Its pairs measured other traffic: they restart, at the level predicted.
+            estimate.reset()
+            estimate.moved = level
+            estimate.wait = min(estimate.wait, self.params.explore_every)
+            state.shifts += 1
+
     def _paired(self, state: BucketState, pending: tuple[int, Measure, Measure],
                 after: Measure) -> None:
         """One pair: the exploration block's gain over its two neighbours (`pair_gain`)."""
@@ -255,27 +274,7 @@ class ScheduleController:
         if verdict > 0:
             self._switch(state, arm)
             return
-        estimate.gap = estimate.wait = self._pace(estimate, verdict)
-
-    def _pace(self, estimate: ArmEstimate, verdict: int) -> int:
-        """Incumbent blocks until the arm's next exploration. Once its CUSUM is half way up
-        (the traffic may be changing), soon. Clearly worse: half as often each time, and as
-        rarely as the loss is deep (a k that costs 30% is not worth a look for a long while).
-        Otherwise by its chance to win (`explore_every_unsure`): pacing moves no decision's
-        error rate, only how soon a decision comes."""
-        p = self.params
-        if estimate.up > CUSUM_H / 2:
-            return p.explore_every
-        if verdict < 0:
-            depth = 1 << max(0, min(int(-estimate.gain / p.margin), 16))
-            return min(max(estimate.gap * 2, p.explore_every * depth), p.explore_every_max)
-        if estimate.pairs < p.min_pairs:
-            return p.explore_every
-        chance = max(estimate.win_chance(p.margin), 1e-6)
-        pace = min(max(round(p.explore_every / chance), p.explore_every), p.explore_every_unsure)
-        # At most twice or half the last gap: an arm on the edge of clearly worse does not
-        # flip between its deep gap and a short one at each pair.
-        return min(max(pace, estimate.gap // 2), max(estimate.gap * 2, p.explore_every))
+        estimate.gap = estimate.wait = pace(estimate, verdict, p)
 
     def _switch(self, state: BucketState, arm: int, decided: bool = True) -> None:
         """`arm` becomes the incumbent; every arm's evidence restarts from zero (carried
@@ -289,6 +288,7 @@ class ScheduleController:
         state.last_incumbent = state.pending = None
         state.step_time = 0.0
         state.shape.restart()
+        state.shift.restart()
         state.turn = [v for v in state.arms if v != arm]
         if not decided:
             state.block = self._new_block(state, arm)  # written at the bucket's next step

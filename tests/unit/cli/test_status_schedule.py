@@ -5,6 +5,7 @@ through a Prometheus registry and its text format, read back by the one reader
 from __future__ import annotations
 
 import json
+import re
 
 from vllm_specdec_plugin.cli.status_figures import status_of
 from vllm_specdec_plugin.cli.status_render import render_text, schedule_lines
@@ -135,8 +136,12 @@ def test_status_json_and_text_carry_the_step_costs(tmp_path):
                     for key, label in (("rows>=1", "1-1"), ("rows>=16", "16-31"))}}
     assert list(exported["buckets"]) == ["1-1", "16-31"]  # smallest bucket first
     line = next(row for row in render_text(status).splitlines() if row.startswith("step costs"))
-    assert line.endswith("1-1 10.2 ms (+0.818 ms/drafted token) · "
-                         "16-31 10.2 ms (+0.127 ms/drafted token)")
+    # each bucket's no-draft step in ms to 0.1, its price per drafted token to 0.001 ms
+    assert line.endswith(" · ".join(
+        f"{label} {summary[key]['no_draft_s'] * 1e3:.1f} ms "
+        f"(+{summary[key]['per_token_s'] * 1e3:.3f} ms/drafted token)"
+        for key, label in (("rows>=1", "1-1"), ("rows>=16", "16-31"))))
+    assert re.search(r"1-1 \d+\.\d ms \(\+\d\.\d{3} ms/drafted token\) · 16-31 ", line), line
     # no controller: no key, no line
     bare = status_of(read_counters(parse_metrics("vllm:generation_tokens_total 3\n")))
     assert "step_costs" not in json.loads(bare.to_json())
