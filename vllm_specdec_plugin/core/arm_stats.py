@@ -96,6 +96,9 @@ class ArmEstimate:
     """sum(w x^2)."""
     floor_var: float = 0.0
     """Weighted mean of the pairs' variance floors (`block_var` of their blocks)."""
+    reference: float = 0.0
+    """Weighted mean of the incumbent's yield per row step in the blocks the pairs were
+    against (what `gain` was measured at: `core/explore_pace.zero_level`)."""
     pairs: int = 0
     """Paired blocks since the last reset (not decayed)."""
     up: float = 0.0
@@ -119,18 +122,20 @@ class ArmEstimate:
     """Decayed sums over the arm's blocks of yield per row, steps, row-steps and time (kept
     across resets: they describe the arm, not a comparison)."""
 
-    def add(self, gain: float, decay: float, floor: float = 0.0) -> None:
+    def add(self, gain: float, decay: float, floor: float = 0.0, reference: float = 0.0) -> None:
         self.weight = self.weight * decay + 1.0
         self.weight_sq = self.weight_sq * decay * decay + 1.0
         self.total = self.total * decay + gain
         self.total_sq = self.total_sq * decay + gain * gain
         self.floor_var += (floor - self.floor_var) / self.weight
+        self.reference += (reference - self.reference) / self.weight
         self.pairs += 1
 
     def reset(self) -> None:
         """Forget every pair (the incumbent they were measured against, or the traffic,
         changed)."""
         self.weight = self.weight_sq = self.total = self.total_sq = self.floor_var = 0.0
+        self.reference = 0.0
         self.up = self.down = 0.0
         self.pairs = 0
         self.run = [0.0, 0.0, 0.0, 0.0]
@@ -213,14 +218,14 @@ class ArmEstimate:
         return self.run[0] / self.run[1] if self.run[1] else math.inf
 
     def judge(self, gain: float, floor: float, decay: float, alpha: float, margin: float,
-              min_pairs: int, back_off: float) -> int:
+              min_pairs: int, back_off: float, reference: float = 0.0) -> int:
         """Take one pair (after the change detector has seen it, from `min_pairs` on) and
         decide: 1 when the lower bound at 1 - alpha clears `margin` (a switch), -1 when the
         upper one at 1 - back_off is below -margin (clearly worse: explored rarely), else 0;
         never before `min_pairs` pairs."""
         if self.pairs >= min_pairs:
             self.watch(gain)
-        self.add(gain, decay, floor)
+        self.add(gain, decay, floor, reference)
         if self.pairs < min_pairs:
             return 0
         if self.gain - self.half_width(1.0 - alpha) > margin:

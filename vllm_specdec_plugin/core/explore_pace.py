@@ -6,26 +6,28 @@ By its chance to win, and never more often than what it is fairly sure to lose a
 -70% (k=0 on repetitive text at batch 1) is looked at once in about 280 blocks, not 96, and one
 within reach at the chance pace (docs/schedule-controller.md, "Exploration priced by its loss").
 
-`YieldShift`: rare looks see a change of traffic late, so the incumbent's own blocks watch for
-one. A drafting incumbent's yield per row moves with the text; k=0 yields one token a row
-whatever the text, so when the incumbent's yield moves (a CUSUM on its blocks) k=0's level
-under the new yield is known without a look (`zero_level`), and where it may now win its
-evidence restarts and it is looked at at once (`ScheduleController._watch_yield`). A drafting
-arm's level under the new yield would be a guess (how often longer drafts match): it waits for
-its own pairs.
+`YieldLevel`: rare looks see a change of traffic late, so the incumbent's own blocks are read
+for one. A drafting incumbent's yield per row moves with the text; k=0 yields one token a row
+whatever the text, so its level at the incumbent's recent yield is known from its pairs
+without a look (`zero_level`), and where that level crosses to where k=0 may win while its
+next look is far off, its evidence restarts and it is looked at at once
+(`ScheduleController._watch_yield`). A drafting arm's level under a new yield would be a guess
+(how often longer drafts match): it waits for its own pairs.
 """
 
 from __future__ import annotations
 
 import math
 
-from vllm_specdec_plugin.core.arm_stats import CUSUM_CLIP, CUSUM_H, CUSUM_K, ArmEstimate
+from vllm_specdec_plugin.core.arm_stats import CUSUM_H, ArmEstimate
 from vllm_specdec_plugin.core.schedule_params import ControllerParams
 
-SHIFT_DECAY = 0.995
-"""Per incumbent block, the weight of the older blocks in `YieldShift`'s mean and variance."""
-SHIFT_WARM = 8
-"""Incumbent blocks `YieldShift` reads before it watches (a mean and a spread to stand on)."""
+LEVEL_DECAY = 0.95
+"""Per incumbent block, the weight of the older blocks in `YieldLevel`."""
+LEVEL_WARM = 8.0
+"""The weight of blocks `YieldLevel` reads before it answers."""
+LEVEL_Z = 2.0
+"""Standard errors above `YieldLevel`'s mean at which it reads the level (one-sided 97.7%)."""
 
 
 def pace(estimate: ArmEstimate, verdict: int, p: ControllerParams) -> int:
@@ -61,60 +63,65 @@ def pace(estimate: ArmEstimate, verdict: int, p: ControllerParams) -> int:
     return max(gap, min(costly, estimate.gap * 2))
 
 
-def zero_level(rate: float, step_time: float, after: float) -> float | None:
-    """k=0's gain against a drafting incumbent whose mean yield per row step is now `after`:
-    k=0 yields one token a row step whatever the text, so its rate (`ArmEstimate.rate`) over
-    the incumbent's (`after` over its mean step time) is its level, no look needed. None
-    before either rate was measured."""
-    if rate <= 0.0 or step_time <= 0.0 or after <= 0.0:
+def zero_level(gain: float, reference: float, level: float) -> float | None:
+    """k=0's gain against a drafting incumbent whose yield per row step is now `level`, from
+    its pairs' `gain`, measured where the incumbent yielded `reference`: k=0 yields one token
+    a row step whatever the text and neither side's step time moves with the text, so its
+    gain scales by reference / level. Tokens, not seconds: the host's drift is not in it.
+    None before a pair."""
+    if reference <= 0.0 or level <= 0.0:
         return None
-    return rate * step_time / after - 1.0
+    return (1.0 + gain) * reference / level - 1.0
 
 
-class YieldShift:
-    """A two-sided CUSUM on a drafting incumbent's blocks' mean yield per row step, against
-    its decayed mean (`SHIFT_DECAY`), in standard deviations of a block (the larger of theirs
-    and `block_var`'s floor): `add` answers (before, after) when the yield moved, after the
-    mean of the blocks that showed it, and watches again from there. `CUSUM_K`, `CUSUM_H` and
-    `CUSUM_CLIP` as for the arms' pairs: one wild block alone moves nothing."""
+def early_look(zero: ArmEstimate, level: float, armed: bool, p: ControllerParams
+               ) -> tuple[bool, bool]:
+    """k=0's arm (`zero`) against a drafting incumbent whose recent yield is `level` (the
+    upper bound `YieldLevel` reads). Where k=0's level there (`zero_level`) has come up from a
+    loss to where it may win and its next look is far off (one due soon tells soon enough),
+    its pairs (other traffic's) restart at that level and it is looked at next; once per rise.
+    Returns (armed: read as a loss since the last early look, whether it looked early)."""
+    level_now = zero_level(zero.gain, zero.reference, level)
+    if level_now is None or level_now <= -p.margin:
+        return level_now is not None, False
+    if not armed or zero.wait <= p.explore_every_unsure:
+        return armed, False
+    zero.reset()
+    zero.moved, zero.wait = level_now, min(zero.wait, p.explore_every)
+    return False, True
 
-    __slots__ = ("weight", "mean", "square", "up", "down", "runs")
+
+class YieldLevel:
+    """A drafting incumbent's mean yield per row step over its recent blocks: an exponentially
+    weighted mean, `LEVEL_DECAY` a block (about 40 blocks' worth, 240 steps at batch 1), and a
+    one-sided upper bound on it at `LEVEL_Z` standard errors (its spread the larger of the
+    blocks' and `block_var`'s floor, over the weights' effective number). Long enough that
+    the passages and free text inside one kind of traffic average out (input-grounded text at
+    batch 1 alternates the two every few blocks: a CUSUM on the blocks read each free-text
+    spell as a change, and k=0 was looked at in 5-7% of the steps where it loses 55%); short
+    enough to follow a change of traffic within a few hundred steps; the bound keeps a k=5
+    that yields a little more than k=0 (open-ended text) from reading as k=0's level by its
+    noise."""
+
+    __slots__ = ("weight", "weight_sq", "mean", "square")
 
     def __init__(self) -> None:
         self.restart()
 
-    def restart(self, level: float | None = None) -> None:
-        """Forget the blocks (a new incumbent), or keep only `level` (a shift was seen)."""
-        self.weight = 0.0 if level is None else 1.0
-        self.mean = 0.0 if level is None else level
-        self.square = 0.0
-        self.up = self.down = 0.0
-        self.runs = [0.0, 0.0, 0.0, 0.0]
+    def restart(self) -> None:
+        """Forget the blocks (a new incumbent)."""
+        self.weight = self.weight_sq = self.mean = self.square = 0.0
 
-    def add(self, y: float, floor: float) -> tuple[float, float] | None:
-        """One incumbent block's mean yield per row step `y`; `floor` the least relative
-        variance of such a block (`block_var`). (before, after) when the CUSUM passes
-        `CUSUM_H`, else None."""
-        if self.weight >= SHIFT_WARM:
-            var = max(self.square / self.weight - self.mean * self.mean,
-                      floor * self.mean * self.mean)
-            off = y - self.mean
-            z = off / math.sqrt(var) if var > 0.0 else (math.copysign(CUSUM_CLIP, off)
-                                                        if off else 0.0)
-            z = max(-CUSUM_CLIP, min(z, CUSUM_CLIP))
-            self.up = max(0.0, self.up + z - CUSUM_K)
-            self.down = max(0.0, self.down - z - CUSUM_K)
-            runs = self.runs
-            for side, cusum in ((0, self.up), (2, self.down)):
-                runs[side], runs[side + 1] = (runs[side] + y, runs[side + 1] + 1) \
-                    if cusum else (0.0, 0.0)
-            if max(self.up, self.down) > CUSUM_H:
-                side = 0 if self.up > self.down else 2
-                before, after = self.mean, runs[side] / runs[side + 1]
-                self.restart(after)
-                self.square = after * after
-                return before, after
-        self.weight = self.weight * SHIFT_DECAY + 1.0
+    def add(self, y: float, floor: float) -> float | None:
+        """One incumbent block's mean yield per row step `y`, `floor` the least relative
+        variance of such a block (`block_var`). The upper bound on the level, None while
+        warming (`LEVEL_WARM`)."""
+        self.weight = self.weight * LEVEL_DECAY + 1.0
+        self.weight_sq = self.weight_sq * LEVEL_DECAY * LEVEL_DECAY + 1.0
         self.mean += (y - self.mean) / self.weight
         self.square += (y * y - self.square) / self.weight
-        return None
+        if self.weight < LEVEL_WARM:
+            return None
+        mean = self.mean
+        var = max(self.square - mean * mean, floor * mean * mean)
+        return mean + LEVEL_Z * math.sqrt(var * self.weight_sq) / self.weight

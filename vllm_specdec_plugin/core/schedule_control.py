@@ -43,7 +43,7 @@ import math
 from collections.abc import Container, Sequence
 
 from vllm_specdec_plugin.core.arm_stats import ArmEstimate, BatchShape, relative_gain
-from vllm_specdec_plugin.core.explore_pace import pace, zero_level
+from vllm_specdec_plugin.core.explore_pace import early_look, pace
 from vllm_specdec_plugin.core.pair_price import Measure, draft_time, pair_gain
 from vllm_specdec_plugin.core.schedule_params import CONTROLLER_DEFAULTS, ControllerParams
 from vllm_specdec_plugin.core.schedule_state import (
@@ -247,19 +247,12 @@ class ScheduleController:
         return (state.key, k) if k != running else None
 
     def _watch_yield(self, state: BucketState, y: float, floor: float) -> None:
-        """An incumbent block's yield to the bucket's `YieldShift`; where the yield moved so
-        that k=0 may now win (`zero_level`), k=0's pairs (other traffic's) restart at that
-        level and it is looked at next."""
-        moved, estimate = state.shift.add(y, floor), state.arms.get(0)
-        if moved is None or estimate is None or state.incumbent == 0:
-            return
-        level = zero_level(estimate.rate(), state.step_time, moved[1])
-        if level is not None and level > -self.params.margin:
-            # Its pairs measured other traffic: they restart, at the level predicted.
-            estimate.reset()
-            estimate.moved = level
-            estimate.wait = min(estimate.wait, self.params.explore_every)
-            state.shifts += 1
+        """An incumbent block's yield to the bucket's `YieldLevel`, and from it k=0's level
+        (`core/explore_pace.early_look`: its look brought forward where it may now win)."""
+        level, estimate = state.level.add(y, floor), state.arms.get(0)
+        if level is not None and estimate is not None and state.incumbent != 0:
+            state.zero_armed, looked = early_look(estimate, level, state.zero_armed, self.params)
+            state.shifts += looked
 
     def _paired(self, state: BucketState, pending: tuple[int, Measure, Measure],
                 after: Measure) -> None:
@@ -270,7 +263,8 @@ class ScheduleController:
             state.incumbent, before.rows + after.rows)
         p, estimate = self.params, state.arms[arm]
         verdict = estimate.judge(gain, floor, p.decay, p.alpha, p.margin, p.min_pairs,
-                                 p.back_off)
+                                 p.back_off, (before.yields + after.yields) / max(
+                                     before.steps + after.steps, 1))
         if verdict > 0:
             self._switch(state, arm)
             return
@@ -288,7 +282,8 @@ class ScheduleController:
         state.last_incumbent = state.pending = None
         state.step_time = 0.0
         state.shape.restart()
-        state.shift.restart()
+        state.level.restart()
+        state.zero_armed = False
         state.turn = [v for v in state.arms if v != arm]
         if not decided:
             state.block = self._new_block(state, arm)  # written at the bucket's next step

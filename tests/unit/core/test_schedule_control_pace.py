@@ -141,21 +141,22 @@ k=0 losing 23-70%."""
 
 
 def test_exploration_costs_what_its_loss_allows_when_each_request_differs():
-    """`MULTI_TURN` over 20000 steps: the controller loses 0.82% of the best k's tokens/s
-    (mean of 10 seeds; at most 1.07%), explorations priced by their loss
+    """`MULTI_TURN` over 20000 steps: the controller loses 0.76% of the best k's tokens/s
+    (mean of 10 seeds; at most 0.88%), explorations priced by their loss
     (`ControllerParams.explore_cost`, 0.25% an arm). Without that price (a clearly worse arm
-    once in 96 blocks; the mutant below) 1.37%, at most 1.62%; the rule before this one (no
-    price, any rising CUSUM looked at soon, no yield watch) 1.40%, at most 1.63%. The yield
-    watch adds 0.06 points here (0.76% without): false alarms, one look at k=0 each."""
+    once in 96 blocks; the mutant below) 1.27%, at most 1.35%; the rule before this one (no
+    price, any rising CUSUM looked at soon, k=0's level not read from the incumbent's yield)
+    1.40%, at most 1.63%. Reading k=0's level from the yield looks early nowhere here: 0.76%
+    without it too."""
     losses = [regret(seed, MULTI_TURN) for seed in range(10)]
-    assert statistics.mean(losses) <= 0.010 and max(losses) <= 0.013, losses
+    assert statistics.mean(losses) <= 0.010 and max(losses) <= 0.012, losses
 
 
 def test_exploration_unpriced_by_its_loss_mutant_fails(monkeypatch):
     monkeypatch.setattr(ScheduleController.__init__, "__defaults__",
                         (replace(ControllerParams(), explore_cost=1e9), None))
     losses = [regret(seed, MULTI_TURN) for seed in range(10)]
-    assert statistics.mean(losses) > 0.012, losses
+    assert statistics.mean(losses) > 0.011, losses
 
 
 # --- a decision carried to the buckets that have none ------------------------------------------

@@ -31,18 +31,18 @@ def test_a_bucket_visited_too_briefly_for_a_pair_pairs_across_visits():
     """Visits of 8 steps at batch 1 (each after a long absence): too short for three blocks
     and two changes of k, long enough for an incumbent block and an exploration; the next
     visit's first incumbent block completes the pair. Measured on 6 seeds over 20000 steps:
-    10-19 pairs against k=0 and 12-18 against k=2, none dropped unpaired, 13-20% of the steps
-    exploring, the prior (k=5, 13% ahead of k=2, 30% of k=0) kept on every seed; over 40
-    seeds 7-20% exploring, mean 14% (13% with pairs read as log ratios, before pairs were
-    rate differences). (b90a005: no exploration started, nothing learned; with the pair
-    dropped when the visit ends, no pair.)"""
+    4-9 pairs against k=0 and 6-20 against k=2, none dropped unpaired, 7.5-15% of the steps
+    exploring, the prior (k=5, 13% ahead of k=2, 30% of k=0) kept on every seed (before
+    explorations were priced by their loss, `explore_cost`: 10-19 and 12-18 pairs, 13-20%
+    exploring; over 40 seeds 7-20%, mean 14%). (b90a005: no exploration started, nothing
+    learned; with the pair dropped when the visit ends, no pair.)"""
     for seed in range(6):
         controller = ScheduleController(PRIOR, K_SET)
         Traffic(seed, {2: 1.15, 5: 1.3}, 1).run(controller, tails(visit=8), 20000)
         state = controller.buckets[bucket(1)]
         assert round(state.visits) == 8 and state.unpaired == 0, seed
-        assert state.arms[0].pairs >= 5 and state.arms[2].pairs >= 5, seed
-        assert state.explore_steps / state.steps <= 0.22 and state.incumbent == 5, seed
+        assert state.arms[0].pairs >= 3 and state.arms[2].pairs >= 5, seed
+        assert state.explore_steps / state.steps <= 0.20 and state.incumbent == 5, seed
 
 
 def test_a_bucket_visited_briefly_pairs_in_shorter_blocks():
