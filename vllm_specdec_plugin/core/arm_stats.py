@@ -116,7 +116,8 @@ class ArmEstimate:
     """The pairs behind each CUSUM side now: sum and count of the gains since the upward one
     last stood at 0, then the same for the downward one (the level the traffic moved to)."""
     moved: float | None = None
-    """After a change restarted the evidence: the mean gain of the pairs that showed it, the
+    """After a change restarted the evidence (its CUSUM: the mean gain of the pairs that showed
+    it; k=0's level read from the incumbent's yield, `core/explore_pace.early_look`): the
     arm's level until `min_pairs` new pairs say otherwise (None: no change seen)."""
     yields: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0, 0.0])
     """Decayed sums over the arm's blocks of yield per row, steps, row-steps and time (kept

@@ -3,7 +3,7 @@
 `pace`: incumbent blocks until an arm's next exploration, from its evidence (`core/arm_stats.py`).
 By its chance to win, and never more often than what it is fairly sure to lose allows
 (`ControllerParams.explore_cost`): a look at a k that loses L costs L of a block, so an arm at
--70% (k=0 on repetitive text at batch 1) is looked at once in about 280 blocks, not 96, and one
+-70% (k=0 on repetitive text at batch 1) is looked at once in about 280 blocks, not 97, and one
 within reach at the chance pace (docs/schedule-controller.md, "Exploration priced by its loss").
 
 `YieldLevel`: rare looks see a change of traffic late, so the incumbent's own blocks are read

@@ -252,7 +252,7 @@ class ScheduleController:
         level, estimate = state.level.add(y, floor), state.arms.get(0)
         if level is not None and estimate is not None and state.incumbent != 0:
             state.zero_armed, looked = early_look(estimate, level, state.zero_armed, self.params)
-            state.shifts += looked
+            state.early_looks += looked
 
     def _paired(self, state: BucketState, pending: tuple[int, Measure, Measure],
                 after: Measure) -> None:

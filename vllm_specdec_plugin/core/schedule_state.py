@@ -91,7 +91,7 @@ class BucketState:
     """The incumbent's recent yield, read for a change of traffic (`core/explore_pace.py`)."""
     zero_armed: bool = False
     """k=0's level at that yield (`zero_level`) read as a loss since its last early look."""
-    shifts: int = 0
+    early_looks: int = 0
     """Times k=0 was looked at early because the incumbent's yield came down to its level."""
     decision: tuple[int, int] | None = None
     """(old, new) incumbent of the bucket's last switch of its own; None: none yet."""

@@ -72,7 +72,7 @@ def test_k0_is_looked_at_early_once_per_rise_and_only_when_its_look_is_far_off()
 def early_looks(engine: Traffic | Passages, steps: int = 20000) -> int:
     controller = ScheduleController(PRIOR, K_SET)
     engine.run(controller, 1, steps)
-    return controller.buckets[1].shifts
+    return controller.buckets[1].early_looks
 
 
 def test_no_early_look_where_k5_yields_a_little_more_than_k0():
