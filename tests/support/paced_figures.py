@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from support.run_figures import CONTROLLER_PAGE, controller_cells
+from support.run_figures import CONTROLLER_PAGE, cell_of
 from support.stepped_figures import (
     PRIOR_C4,
     PRIOR_C16,
@@ -30,14 +30,10 @@ LEVEL_C4 = "controller-runs-steady-c4-level"
 LEVEL = (LEVEL_C1, LEVEL_MT16, LEVEL_C4)
 
 
-def cell(name: str, workload: str) -> dict:
-    return next(c for c in controller_cells(name) if c["workload"] == workload)
-
-
 def loss_and_gap(name: str, workload: str, arm: str) -> tuple[str, str]:
     """An arm's loss against the controller by the priced point, in percent, and the blocks
     `explore_cost` sets between its looks at that loss."""
-    loss = 1.0 - 1.0 / cell(name, workload)["priced"]["against_last"][arm]["ratio"]
+    loss = 1.0 - 1.0 / cell_of(name, workload, 1)["priced"]["against_last"][arm]["ratio"]
     return f"{100 * loss:.0f}", f"{loss / CONTROLLER_DEFAULTS.explore_cost:.0f}"
 
 
@@ -50,7 +46,7 @@ def same_share(names: tuple[str, ...], workload: str, k: str) -> str:
 
 def k2_over_k5(name: str, workload: str) -> str:
     """Fixed k=2's priced seconds over fixed k=5's (each against the controller's)."""
-    against = cell(name, workload)["priced"]["against_last"]
+    against = cell_of(name, workload, 1)["priced"]["against_last"]
     return f"{against['k2']['ratio'] / against['k5']['ratio']:.2f}"
 
 
@@ -88,7 +84,7 @@ PACED_CLAIMS: list[tuple[str, str, Callable[[], tuple[str, ...]]]] = [
               same_share((f"{STEPPED_C1}-repriced", PACED_C1), "input_grounded", "k2"),
               k2_over_k5(LEVEL_C1, "input_grounded"))),
     (CONTROLLER_PAGE, r"k=2's pairs had restarted \((\d+) at the end\)",
-     lambda: (str(cell(LEVEL_C1, "input_grounded")["pairs"]["1-1"]["k2"]),)),
+     lambda: (str(cell_of(LEVEL_C1, "input_grounded", 1)["pairs"]["1-1"]["k2"]),)),
     (CONTROLLER_PAGE, r"\*\*The A/A\*\*, the controller against itself at open_ended: timed (\S+ "
      r"\[\S+ \S+\]), priced (\S+ \[\S+ \S+\])\.", lambda: aa(LEVEL_C1)),
 ]
@@ -102,7 +98,7 @@ PACED_CLAIMS += [
      r"priced (\S+ \[\S+ \S+\]), wider than the priced A/A of the runs above; over the run the "
      r"controller's table switched 8-15 (\w+) and 16-31 (\w+)\.",
      lambda: (*aa(LEVEL_MT16), *({1: "once", 2: "twice"}.get(n, f"{n} times") for n in (
-         cell(LEVEL_MT16, "multi_turn")["switches"][b] for b in ("8-15", "16-31"))))),
+         cell_of(LEVEL_MT16, "multi_turn", 16)["switches"][b] for b in ("8-15", "16-31"))))),
 ]
 PACED_CLAIMS += [
     ("README.md", r"at c=1 (\d) of (\d) cells meet it priced and (\d) of (\d) timed \((\d) and "

@@ -9,7 +9,7 @@ import math
 from collections.abc import Callable
 
 from support.result_tables import RUN_PAIRS_MARGIN, result
-from support.run_figures import CONTROLLER_PAGE, aa_entry, controller_cells
+from support.run_figures import CONTROLLER_PAGE, aa_entry, cell_of, controller_cells
 
 STEPPED_C1 = "controller-runs-steady-c1-stepped"
 STEPPED_C4 = "controller-runs-steady-c4-stepped"
@@ -147,15 +147,13 @@ def met_list(names: tuple[str, ...]) -> str:
 def priced_share(name: str, workload: str, concurrency: int, k: str) -> str:
     """A controller cell's share of its priced seconds at `k` in percent (`name`: the run's
     file, or its re-pricing `NAME-repriced`)."""
-    cell = next(c for c in controller_cells(name)
-                if (c["workload"], c["concurrency"]) == (workload, concurrency))
+    cell = cell_of(name, workload, concurrency)
     return f"{100 * cell['priced']['controller_priced_share_by_k'][k]:.0f}"
 
 
 def cell_entry(name: str, workload: str, concurrency: int, arm: str, priced: bool) -> str:
     """A controller cell's figure for `arm`, timed or priced, as the docs quote it."""
-    cell = next(c for c in controller_cells(name)
-                if (c["workload"], c["concurrency"]) == (workload, concurrency))
+    cell = cell_of(name, workload, concurrency)
     return shown((cell["priced"] if priced else cell)["against_last"][arm])
 
 
