@@ -13,6 +13,7 @@ from benchmarks.paired.targets import adaptive_target
 from support.carry_figures import CARRY_CLAIMS
 from support.cost_figures import COST_CLAIMS
 from support.gain_figures import GAIN_CLAIMS
+from support.held_figures import HELD_CLAIMS
 from support.noise_figures import NOISE_CLAIMS
 from support.paced_figures import PACED_CLAIMS
 from support.priced_figures import PRICED_CLAIMS
@@ -278,4 +279,5 @@ CLAIMS = [
 ]
 CLAIMS += [Claim(*claim) for claim in (*RUN_CLAIMS, *COST_CLAIMS, *VISIT_CLAIMS,
                                         *NOISE_CLAIMS, *CARRY_CLAIMS, *PRICED_CLAIMS,
-                                        *GAIN_CLAIMS, *STEPPED_CLAIMS, *PACED_CLAIMS)]
+                                        *GAIN_CLAIMS, *STEPPED_CLAIMS, *PACED_CLAIMS,
+                                        *HELD_CLAIMS)]
