@@ -11,7 +11,7 @@ from statistics import NormalDist
 from support.paced_figures import LEVEL_C1
 from support.result_tables import RUN_PAIRS_MARGIN, result
 from support.run_figures import CONTROLLER_PAGE, cell_of, controller_cells
-from support.stepped_figures import aa, cell_entry, met, priced_share
+from support.stepped_figures import aa, best, cell_entry, met, priced_share
 from vllm_specdec_plugin.core.schedule_params import CONTROLLER_DEFAULTS
 
 HELD_C1 = "controller-runs-steady-c1-held"
@@ -37,10 +37,20 @@ def warm_steps(name: str) -> tuple[str, str]:
     return str(min(counts)), str(max(counts))
 
 
+def percent_range(shares: list[float]) -> tuple[str, str]:
+    """The least and most of `shares`, in whole percent."""
+    return f"{100 * min(shares):.0f}", f"{100 * max(shares):.0f}"
+
+
 def explored_range(name: str) -> tuple[str, str]:
     """The least and most share of bucket 1-1's steps explored over the run's cells."""
-    shares = [100 * cell["explore_share"]["1-1"] for cell in controller_cells(name)]
-    return f"{min(shares):.0f}", f"{max(shares):.0f}"
+    return percent_range([cell["explore_share"]["1-1"] for cell in controller_cells(name)])
+
+
+def meets(name: str, workload: str) -> str:
+    """"meets" where the cell's best fixed k, priced, has its interval low at 0.98 or more."""
+    entry = best(cell_of(name, workload, 1)["priced"]["against_last"])
+    return "meets" if entry["low"] >= RUN_PAIRS_MARGIN else "misses"
 
 
 def k2_leads(name: str) -> tuple[str, str]:
@@ -58,6 +68,21 @@ def priced_ratio(name: str, workload: str, concurrency: int, arm: str, digits: i
 
 def k0_ratio(name: str, workload: str) -> str:
     return priced_ratio(name, workload, 1, "k0", 2)
+
+
+HELD_C4 = "controller-runs-steady-c4-held-input-grounded"
+"""input_grounded c=4 on the same host, the run stopped after that cell."""
+
+
+def c4_pairs() -> tuple[str, str]:
+    """The fewest and most pairs k=2 had in a bucket at the cell's end."""
+    counts = [arms["k2"] for arms in cell_of(HELD_C4, "input_grounded", 4)["pairs"].values()]
+    return str(min(counts)), str(max(counts))
+
+
+def c4_priced(arm: str, interval: bool) -> str:
+    return cell_entry(HELD_C4, "input_grounded", 4, arm, True) if interval \
+        else priced_ratio(HELD_C4, "input_grounded", 4, arm)
 
 
 HELD_CLAIMS: list[tuple[str, str, Callable[[], tuple[str, ...]]]] = [
@@ -95,37 +120,10 @@ HELD_CLAIMS: list[tuple[str, str, Callable[[], tuple[str, ...]]]] = [
      r"run\)", lambda: (*explored_range(HELD_C1), *explored_range(LEVEL_C1))),
     (CONTROLLER_PAGE, r"\*\*The A/A\*\*, the controller against itself at open_ended on this "
      r"host: timed (\S+ \[\S+ \S+\]), priced (\S+ \[\S+ \S+\])\.", lambda: aa(HELD_C1)),
-]
-def meets(name: str, workload: str) -> str:
-    """"meets" where the cell's best fixed k, priced, has its interval low at 0.98 or more."""
-    against = cell_of(name, workload, 1)["priced"]["against_last"]
-    best = min(against.values(), key=lambda entry: entry["ratio"])
-    return "meets" if best["low"] >= RUN_PAIRS_MARGIN else "misses"
-
-
-HELD_CLAIMS += [
     ("README.md", r"At c=1 again, on a host where a drafted token costs about half a plain step "
      r"\(AVX2, no AVX-512\), (\d) of (\d) cells meet it priced: input_grounded (\w+); the "
      r"three misses are against fixed k=2, which leads the prior k=5 by ([\d.]+)% or less there",
      lambda: (*met((HELD_C1,), True), meets(HELD_C1, "input_grounded"), k2_leads(HELD_C1)[1])),
-]
-
-HELD_C4 = "controller-runs-steady-c4-held-input-grounded"
-"""input_grounded c=4 on the same host, the run stopped after that cell."""
-
-
-def c4_pairs() -> tuple[str, str]:
-    """The fewest and most pairs k=2 had in a bucket at the cell's end."""
-    counts = [arms["k2"] for arms in cell_of(HELD_C4, "input_grounded", 4)["pairs"].values()]
-    return str(min(counts)), str(max(counts))
-
-
-def c4_priced(arm: str, interval: bool) -> str:
-    return cell_entry(HELD_C4, "input_grounded", 4, arm, True) if interval \
-        else priced_ratio(HELD_C4, "input_grounded", 4, arm)
-
-
-HELD_CLAIMS += [
     (CONTROLLER_PAGE, r"A clear miss: fixed k=2 against the controller (\S+ \[\S+ \S+\]) priced\. "
      r"On this host k=5 loses to k=0 here \(fixed k=5 / controller (\S+), k=0 / controller "
      r"(\S+)\) and k=2 leads both\. Every bucket stayed at the prior k=5 with k=2 at (\d+)-(\d+) "
@@ -133,8 +131,7 @@ HELD_CLAIMS += [
      lambda: (c4_priced("k2", True), c4_priced("k5", False), c4_priced("k0", False),
               *c4_pairs())),
     (CONTROLLER_PAGE, r"the controller explored (\d+)-(\d+)% of their steps, still learning",
-     lambda: (lambda s: (f"{min(s):.0f}", f"{max(s):.0f}"))(
-         [100 * v for v in cell_of(HELD_C4, "input_grounded", 4)["explore_share"].values()])),
+     lambda: percent_range(list(cell_of(HELD_C4, "input_grounded", 4)["explore_share"].values()))),
     (CONTROLLER_PAGE, r"Against no speculation the controller holds: k=0 / controller (\S+ "
      r"\[\S+ \S+\]) priced\. No A/A was run on this host at c=4 \(the c=1 one above: priced "
      r"(\S+ \[\S+ \S+\])\)", lambda: (c4_priced("k0", True), aa(HELD_C1)[1])),
