@@ -142,13 +142,16 @@ def run_cell(llm: Any, tokenizer: Any, workload: str, concurrency: int, arms: li
                else dict.fromkeys(AFTER))}
 
 
-AFTER = ("table_after", "explore_share", "switches", "pairs", "unpaired")
+AFTER = ("table_after", "explore_share", "switches", "pairs", "unpaired", "counted_pairs",
+         "history")
 
 
 def controller_after(controller: Any) -> dict[str, dict[str, Any]]:
     """Per bucket after a cell: the controller's k, its share of steps explored, its switches,
-    each other k's pairs since the bucket's last switch, and its explorations dropped unpaired
-    (the bucket went stale before the incumbent block after them: a short visit)."""
+    each other k's pairs since the bucket's last switch, its explorations dropped unpaired
+    (the bucket went stale before the incumbent block after them: a short visit), its pairs
+    priced on one text from vLLM's counts (`pair_price.counted_times`) and its switches'
+    history (the bucket's measured steps then, the new k; the warm-up's steps included)."""
     buckets = sorted(controller.buckets.items())
     return {"table_after": {bucket_label(key): state.incumbent for key, state in buckets},
             "explore_share": {bucket_label(key): round(state.explore_steps / state.steps, 3)
@@ -156,7 +159,9 @@ def controller_after(controller: Any) -> dict[str, dict[str, Any]]:
             "switches": {bucket_label(key): state.switches for key, state in buckets},
             "pairs": {bucket_label(key): {f"k{k}": arm.pairs for k, arm in state.arms.items()
                                           if k != state.incumbent} for key, state in buckets},
-            "unpaired": {bucket_label(key): state.unpaired for key, state in buckets}}
+            "unpaired": {bucket_label(key): state.unpaired for key, state in buckets},
+            "counted_pairs": {bucket_label(key): state.counted_pairs for key, state in buckets},
+            "history": {bucket_label(key): state.history for key, state in buckets}}
 
 
 def hold(runtime: Any, arm: str) -> None:

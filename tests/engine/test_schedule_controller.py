@@ -48,6 +48,8 @@ def test_controller_keeps_drafting_where_drafts_are_accepted(tiny_llama, tmp_pat
     cell = on["snapshot"]["buckets"]["2-3"]
     assert cell["k"] > 0 and cell["steps"] > 30, cell
     assert cell["explore_steps"] > 0
+    # its pairs priced on one text from vLLM's accepted counts per position (log_stats on)
+    assert cell["counted_pairs"] > 0, cell
     # vLLM has scheduled the next step before the controller sees the last: its writes land
     # a step late or more (measured 1.6 here: the tiny model's steps are shorter than the
     # decision thread's poll), and it writes each block's next k that far ahead

@@ -64,6 +64,12 @@ def check_contract(found: dict) -> None:
         assert counted["seen"][way] == steps, (way, counted)
         assert sum(s[3] for s in steps) > 100 and any(s[2] > s[0] for s in steps)  # accepted
         assert any(not s[4] for s in steps) and any(s[4] for s in steps)  # prefill and decode
+    # With the stats, the rows that drafted and the drafts accepted past each position reach
+    # the controller (`Step.drafts`, `Step.accepted`), except in a step in which a request
+    # ended; without them, no step is counted so.
+    stats = counted["seen"]["stats"]
+    assert sum(1 for s in stats if s[5] > 0 and sum(s[6]) > 0) > 20, stats
+    assert any(s[5] == -1 for s in stats) and all(s[5] == -1 for s in counted["seen"]["walk"])
 
 
 

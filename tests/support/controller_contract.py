@@ -193,14 +193,21 @@ def counts(model: str, steps: int = 80) -> dict:
                 runtime = sched.__dict__["_specdec_schedule_runtime"]
                 uses_stats[name] = runtime.log_stats
                 observe = runtime.controller.observe
-                runtime.controller.observe = (lambda s, observe=observe, found=seen[name]:
-                                              (found.append(list(s[:2]) + list(s[3:])),
-                                               observe(s))[1])
+                runtime.controller.observe = (
+                    lambda s, observe=observe, found=seen[name]: (
+                        found.append(list(s[:2]) + list(s[3:6])
+                                     + [s.drafts, list(s.accepted) if s.drafts > 0 else []]),
+                        observe(s))[1])
             ids = list(out.num_scheduled_tokens)
             sampled = []
+            # rows that drafted, accepted past each position (vLLM's list: the engine's k long)
+            rows, per_position = 0, [0] * sched.num_spec_tokens
             for r in ids:
                 drafts = out.scheduled_spec_decode_tokens.get(r, [])
                 sampled.append([7] + [8] * rng.randint(0, len(drafts)))
+                rows += bool(drafts)
+                for j in range(len(sampled[-1]) - 1 if drafts else 0):
+                    per_position[j] += 1
             drafted = sum(map(len, out.scheduled_spec_decode_tokens.values()))
             sent = sum(map(len, sampled))
             runner = runner_output(ids, sampled)
@@ -209,8 +216,14 @@ def counts(model: str, steps: int = 80) -> dict:
                           for o in outs.outputs)
             if emitted < sent:  # a request ended with accepted drafts past its end: which kind
                 overrun[name].extend(sorted({r[0] for r in sched.finished_req_ids}))
+            # Counted per position where vLLM made stats and no request ended in the step (its
+            # counts would overrun the end as its accepted total does).
+            whole = log_stats and not (sched.finished_req_ids
+                                       and out.total_num_scheduled_tokens == len(ids) + drafted)
             truth[name].append([len(ids), out.num_spec_tokens_to_schedule, emitted, drafted,
-                                out.total_num_scheduled_tokens == len(ids) + drafted])
+                                out.total_num_scheduled_tokens == len(ids) + drafted,
+                                (rows if drafted else 0) if whole else -1,
+                                per_position if whole and drafted else []])
             settle(sched)
             outputs.append(weakref.ref(out))
             k = sched.num_spec_tokens  # the engine core hands the drafter's tokens back

@@ -54,8 +54,14 @@ class Passages:
                  passage_mean: float, base: float = 0.012, per_token: float = 0.0006,
                  switch: float = 0.0, noise: float = 0.05,
                  host: Callable[[int], float] = steady_host, lag: int = 1,
-                 short_share: float = 0.0, short_mean: float = 2.0) -> None:
+                 short_share: float = 0.0, short_mean: float = 2.0, counts: bool = False
+                 ) -> None:
         self.rng = random.Random(seed)
+        self.counts = counts
+        """Whether a step carries vLLM's accepted counts per position (`Step.drafts`,
+        `Step.accepted`), as an engine with `log_stats` gives them."""
+        self.last: tuple[int, list[int]] = (0, [])
+        """The last `advance`'s drafting rows and accepted counts per position."""
         self.lookup = list(prior)
         self.left = [0] * rows
         """Per row, the passage tokens it has still to emit (0: free text)."""
@@ -83,13 +89,17 @@ class Passages:
 
     def advance(self, batch: int, k: int) -> tuple[int, int]:
         """One step of the first `batch` rows at k: (tokens emitted, tokens drafted)."""
-        tokens = drafted = 0
+        tokens = drafted = drafts = 0
+        per_position = [0] * k
         left, rng = self.left, self.rng
         for row in range(batch):
             r = left[row]
             if r > 0 and k > 0:
                 drafted += k
+                drafts += 1
                 accepted = min(k, r)
+                for j in range(accepted):
+                    per_position[j] += 1
                 tokens += 1 + accepted
                 left[row] = r - accepted - 1 if r > k else 0
             elif r > 0:
@@ -99,6 +109,7 @@ class Passages:
                 tokens += 1
                 if rng.random() < 1.0 / self.free_mean:
                     left[row] = self._passage()
+        self.last = (drafts, per_position)
         return tokens, drafted
 
     def step(self, batch: int) -> Step:
@@ -110,6 +121,8 @@ class Passages:
         seconds = self.seconds(batch, drafted) * self.host(self.t) * math.exp(
             self.rng.gauss(0.0, self.noise))
         self.steps_at[k] += 1
+        if self.counts:
+            return Step(batch, k, seconds, tokens, drafted, True, *self.last)
         return Step(batch, k, seconds, tokens, drafted)
 
     def write(self, change: tuple[int, int] | None) -> None:

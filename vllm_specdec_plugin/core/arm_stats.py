@@ -57,7 +57,7 @@ def t_quantile(p: float, df: float) -> float:
     return z + g1 / df + g2 / df ** 2 + g3 / df ** 3 + g4 / df ** 4
 
 
-def block_var(accepted: float, trials: float, k: int, row_steps: float) -> float:
+def block_var(accepted: float, trials: float, k: float, row_steps: float) -> float:
     """A floor on the relative variance of a block's mean token yield per row: `row_steps`
     row-steps at `k`, its arm having accepted a share `accepted` of its drafts over `trials`
     row-steps. A row-step yields 1 to 1 + k tokens; at mean y the Bhatia-Davis inequality bounds

@@ -22,9 +22,25 @@ drafts, phi is its own and the price is the raw one.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import NamedTuple
 
+from vllm_specdec_plugin.core.arm_stats import block_var
+
 LOG_EPS = 1e-12
+
+
+class Counts(NamedTuple):
+    """A block's steps that came with vLLM's accepted counts per position, per row (over the
+    batch), summed over those steps."""
+
+    drafting: float
+    """Drafting rows."""
+    tokens: float
+    """The tokens they emitted."""
+    shorter: dict[int, float]
+    """Per smaller drafting k of the bucket, the steps it would have taken to emit those
+    tokens (`shorter_steps`)."""
 
 
 class Measure(NamedTuple):
@@ -43,6 +59,9 @@ class Measure(NamedTuple):
     """Time (as `time`) a step adds per unit of drafting share: the block's k times its mean
     batch times the seconds of a drafted token, over the step-time shape; 0 where unknown (the
     block is then priced as it ran)."""
+    counts: Counts | None = None
+    """From vLLM's accepted counts per position (None: the engine gave none; the pair is then
+    priced by `pair_gain`)."""
 
 
 def draft_time(k: int, batch: float, share: float, extra: tuple[float, float] | None,
@@ -111,3 +130,76 @@ def pair_gain(explored: Measure, before: Measure, after: Measure, reference: flo
     if reference <= 0.0:
         reference = max(neighbours_rate, LOG_EPS)
     return (explored_rate - neighbours_rate) / reference
+
+
+def shorter_steps(k: int, smaller: int, drafts: int, accepted: Sequence[int]) -> float:
+    """Steps a `smaller` k would have taken to emit what the `drafts` drafting rows of one step
+    at `k` emitted, summed over those rows, from vLLM's accepted counts per position
+    (`accepted[j]`: rows whose drafts were accepted past position j, `SpecDecodingStats`). A
+    row that accepted a < k drafts emitted a + 1 tokens and its draft went wrong there, as
+    the smaller k's (an n-gram or model draft of fewer tokens is a prefix of the longer one):
+    ceil((a + 1) / (smaller + 1)) steps. One that accepted all k may go on: (k + 1) /
+    (smaller + 1) steps, a share of a step where the two do not divide. At smaller = 0 each
+    token is a step. Summed by positions, not rows: rows accepting at least j drafts are
+    `accepted[j - 1]` (`drafts` at j = 0)."""
+    if drafts <= 0:
+        return 0.0
+    full = accepted[k - 1]
+    steps = full * (k + 1) / (smaller + 1)
+    for j in range(0, k, smaller + 1):
+        steps += (accepted[j - 1] if j else drafts) - full
+    return steps
+
+
+def most_shorter_steps(k: int, smaller: int) -> float:
+    """The most steps `shorter_steps` gives one row (all k accepted, or all but the last)."""
+    return max((k + 1) / (smaller + 1), float(-(-k // (smaller + 1))))
+
+
+def counted_times(explored_k: int, incumbent_k: int, explored: Measure, before: Measure,
+                  after: Measure) -> tuple[float, float, float] | None:
+    """(the incumbent's time, the explored k's, the floor) for one text, the pair's: N tokens
+    (per row), P of them in matched passages, so N - P row-steps that do not draft at any k
+    and P / psi that do, psi a k's tokens per drafting row-step. Both psi come from the same
+    rows, the larger k's blocks': their tokens over their drafting row-steps, and over the
+    steps the smaller k would have taken (`shorter_steps`). Each k's time for the text is
+    linear in its row-steps: a step at drafting share q costs a + b q, b the blocks' price
+    of a drafting row (`draft_time`), a from the blocks' own time and share. So the yield of
+    one block is not set against another's (batch 1: 1 or 1 + k tokens a step), and a mean
+    over pairs is a ratio of sums, weighted by tokens (`BucketState.counted_gain`). The
+    floor: the Bhatia-Davis bound (`block_var`) on the smaller k's steps per step of the
+    larger, a row's between 1 and `most_shorter_steps`. None where either k is 0 (k=0's
+    yield is one token a step: nothing to count, `pair_gain` prices it), the larger k's
+    blocks have no counts, or a block no price yet."""
+    larger, smaller = max(explored_k, incumbent_k), min(explored_k, incumbent_k)
+    sources = (explored,) if explored_k == larger else (before, after)
+    counts = [b.counts for b in sources]
+    if not smaller or any(c is None for c in counts) or any(
+            b.draft_time <= 0.0 for b in (explored, before, after) if b.drafting > 0.0):
+        return None
+    drafting = sum(c.drafting for c in counts if c)
+    tokens = sum(c.tokens for c in counts if c)
+    steps = sum(c.shorter.get(smaller, 0.0) for c in counts if c)
+    total = explored.yields + before.yields + after.yields
+    # The text's matched share: each side's, averaged. Pooled by tokens it leans to the
+    # incumbent's two blocks, whose share the k between them moved the other way
+    # (carry-over: after a smaller k a larger one finds more rows mid-passage).
+    passage = total * sum(
+        sum(b.yields - b.steps + b.drafting for b in side) / sum(b.yields for b in side)
+        for side in ((explored,), (before, after))) / 2.0
+    if drafting <= 0.0 or steps <= 0.0 or passage <= 0.0:  # no row drafted
+        psi, passage = {larger: 1.0, smaller: 1.0}, 0.0
+    else:
+        psi = {larger: tokens / drafting, smaller: tokens / steps}
+    times = []
+    for k, blocks in ((incumbent_k, (before, after)), (explored_k, (explored,))):
+        n = sum(b.steps for b in blocks)
+        price = sum(b.draft_time * b.steps for b in blocks) / n
+        base = (sum(b.time for b in blocks) - price * sum(b.drafting for b in blocks)) / n
+        rows = passage / psi[k]  # drafting row-steps
+        times.append((total - passage + rows) * base + rows * price)
+    r = (total - passage + passage / psi[smaller]) / (total - passage + passage / psi[larger])
+    rows = sum(b.rows for b in sources)
+    top = most_shorter_steps(larger, smaller)
+    floor = block_var((r - 1.0) / (top - 1.0), rows, top - 1.0, rows) if top > 1.0 else 0.0
+    return times[0], times[1], floor

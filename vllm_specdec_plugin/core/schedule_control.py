@@ -17,13 +17,12 @@ incumbent's yield moved its way). A switch also moves the buckets with no decisi
 own, in batch order (`_carried`).
 
 A block's rate: yield per row (tokens / batch, summed over steps) over time in incumbent-step
-equivalents (seconds over `BatchShape`, the incumbent's step time at that batch, fitted online),
-so that batch sizes inside a bucket compare whether a step is flat in the batch or proportional.
-Blocks are of equal time (`block_steps` incumbent steps' worth), the neighbours pooled by time,
-so a slow-stepping k is not given more of the text than the k it is compared with. A stalled
-step is left out. From `ControllerParams.text_share_from_batch` up, each drafting block is
-priced at the text's own matched-token share (`core/pair_price.py`): how many rows are
-mid-passage when a block begins is set by the k that ran before it, not by its own.
+equivalents (seconds over `BatchShape`, the incumbent's step time at that batch, fitted online).
+Blocks are of equal time (`block_steps` incumbent steps' worth), so a slow-stepping k is not
+given more of the text than the k it is compared with. A stalled step is left out. Two
+drafting k, with vLLM's accepted counts: both priced on one text, the smaller k's yield
+counted from the larger k's accepted drafts (`pair_price.counted_times`). Else from
+`text_share_from_batch` up a drafting block is priced at the text's matched-token share.
 
 A step is measured only when settled: decode only, at the same k as the step before (a step
 verifies the previous step's drafts); its time is one whole engine cycle, idle gaps left out
@@ -44,7 +43,7 @@ from collections.abc import Container, Sequence
 
 from vllm_specdec_plugin.core.arm_stats import ArmEstimate, BatchShape, relative_gain
 from vllm_specdec_plugin.core.explore_pace import early_look, pace
-from vllm_specdec_plugin.core.pair_price import Measure, draft_time, pair_gain
+from vllm_specdec_plugin.core.pair_price import Measure, counted_times, draft_time, pair_gain
 from vllm_specdec_plugin.core.schedule_params import CONTROLLER_DEFAULTS, ControllerParams
 from vllm_specdec_plugin.core.schedule_state import (
     HISTORY_MAX,
@@ -109,9 +108,9 @@ class ScheduleController:
     def _new_block(self, state: BucketState, arm: int) -> Block:
         steps = state.block_steps(self.params.block_steps, round(self.lag),
                                   self.params.visit_share)
-        if state.step_time <= 0.0:  # the incumbent's step time is not known yet: by steps
-            return Block(arm, state.arms[arm].low, math.inf, steps)
-        return Block(arm, state.arms[arm].low, steps * state.step_time, 4 * steps)
+        target = steps * state.step_time if state.step_time > 0.0 else math.inf  # else by steps
+        return Block(arm, state.arms[arm].low, target, 4 * steps if state.step_time > 0.0
+                     else steps, state.arms if self.params.counted_pairs else None)
 
     def k_for(self, key: int) -> int:
         """The k the lookup should hold for bucket `key` now (the next block's, once written
@@ -129,7 +128,7 @@ class ScheduleController:
         """One decode step. Returns (bucket, k) when the bucket's lookup must change, else
         None. Only a settled step (clean, at the same k as the step before, at the block's k)
         is measured. Runs on every engine step: O(1), a few attribute reads and additions."""
-        batch, k, seconds, tokens, drafted, clean = step
+        batch, k, seconds, tokens, drafted, clean, drafts, accepted = step
         settled = clean and k == self._previous_k
         self._previous_k = k if clean else -1
         self.step_index += 1
@@ -176,6 +175,7 @@ class ScheduleController:
         block.drafted += drafted
         if k:
             block.drafting += drafted / (k * batch)
+            block.count(batch, drafts, accepted)
         if ahead:  # a write that did not land (the lookup rewritten meanwhile): once more
             return None if block.tail <= MAX_TAIL else (state.key, block.next)
         full = block.time >= block.target or block.steps >= block.cap
@@ -215,11 +215,12 @@ class ScheduleController:
         self.costs.observe(round(block.rows / n), round(block.drafted / n), block.seconds / n)
         estimate.count_block(block.yields, n, block.rows, block.time)
         batch, first = block.rows / n, self.params.text_share_from_batch
-        priced = block.arm and first and bucket_bounds(state.key)[0] >= first  # else as ran
+        priced = block.arm and (block.counted[0] or first and bucket_bounds(state.key)[0] >= first)
         measure = Measure(block.yields, block.time, float(block.rows), n, block.drafting,
                           draft_time(block.arm, batch, block.drafting / n,
                                      self.costs.extra(round(batch)) if priced else None,
-                                     state.shape.c0 + state.shape.c1 * batch))
+                                     state.shape.c0 + state.shape.c1 * batch),
+                          block.counts())
         if block.arm == state.incumbent:
             time = block.time / n
             state.step_time = time if state.step_time <= 0.0 else (
@@ -258,9 +259,12 @@ class ScheduleController:
                 after: Measure) -> None:
         """One pair: the exploration block's gain over its two neighbours (`pair_gain`)."""
         arm, explored, before = pending
-        gain = pair_gain(explored, before, after, state.arms[state.incumbent].rate())
-        floor = state.arms[arm].floor(arm, explored.rows) + state.arms[state.incumbent].floor(
-            state.incumbent, before.rows + after.rows)
+        times = counted_times(arm, state.incumbent, explored, before, after)
+        state.counted_pairs += times is not None
+        gain, floor = state.counted_gain(arm, times, self.params.decay) if times else (
+            pair_gain(explored, before, after, state.arms[state.incumbent].rate()),
+            state.arms[arm].floor(arm, explored.rows) + state.arms[state.incumbent].floor(
+                state.incumbent, before.rows + after.rows))
         p, estimate = self.params, state.arms[arm]
         verdict = estimate.judge(gain, floor, p.decay, p.alpha, p.margin, p.min_pairs,
                                  p.back_off, (before.yields + after.yields) / max(
@@ -283,6 +287,7 @@ class ScheduleController:
         state.step_time = 0.0
         state.shape.restart()
         state.level.restart()
+        state.text_time.clear()
         state.zero_armed = False
         state.turn = [v for v in state.arms if v != arm]
         if not decided:

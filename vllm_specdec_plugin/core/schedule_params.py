@@ -88,6 +88,15 @@ class ControllerParams:
     share to be read: on the synthetic engine with matched passages (tests/support/passages.py,
     600 pairs each way) priced pairs at batch 1 erred about as much as raw ones, at batch 8
     about a quarter as much (docs/schedule-controller.md, "Carry-over")."""
+    counted_pairs: bool = True
+    """Where the engine gives vLLM's accepted counts per position (`Step.accepted`; `vllm
+    serve`'s default, `log_stats`), a pair of two drafting k is priced on one text: the
+    smaller k's yield counted from the larger k's accepted drafts, only the step times taken
+    from each k's own blocks (`core/pair_price.counted_times`; k=0's pairs by `pair_gain`,
+    its yield being one token a step). On the synthetic engine where k=2 beats the prior
+    k=5 by 4.9% at batch 4, found in a median 620 steps, at most 2188 (20 seeds); False, the
+    rule before (every pair by its blocks' own yields, as without counts): 1933, 3 of 20
+    not within 3000 (tests/unit/core/test_schedule_control_counted.py)."""
     outlier: float = 5.0
     """A step slower than this many times the slowest arm's step-time envelope (a low running
     quantile) is a stall, left out of its block, yield and time alike. One threshold for all

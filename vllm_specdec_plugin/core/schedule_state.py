@@ -3,12 +3,13 @@ saw it, the block in progress in a bucket, and a bucket's arms and history. Plai
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from vllm_specdec_plugin.core.arm_stats import ArmEstimate, BatchShape
 from vllm_specdec_plugin.core.explore_pace import YieldLevel
-from vllm_specdec_plugin.core.pair_price import Measure
+from vllm_specdec_plugin.core.pair_price import Counts, Measure, shorter_steps
 
 HISTORY_MAX = 64
 MIN_BLOCK_STEPS = 3
@@ -29,7 +30,9 @@ class Step(NamedTuple):
     of the previous `update_from_output()` to the end of this one (from this step's
     `schedule()` after an idle gap); `tokens`: output tokens the step produced (one per
     request plus the accepted drafts); `drafted`: draft tokens it verified; `clean`: decode
-    only, no prefill chunk in it."""
+    only, no prefill chunk in it; `drafts`: rows that drafted and `accepted`: rows whose
+    drafts were accepted past each position (vLLM's `SpecDecodingStats` `num_drafts` and
+    `num_accepted_tokens_per_pos`; -1: not counted, as where vLLM makes no stats)."""
 
     batch: int
     k: int
@@ -37,6 +40,8 @@ class Step(NamedTuple):
     tokens: int
     drafted: int
     clean: bool = True
+    drafts: int = -1
+    accepted: Sequence[int] = ()
 
 
 class Block:
@@ -46,13 +51,42 @@ class Block:
     steps seen since (`tail`). Slots: it is updated on every step."""
 
     __slots__ = ("arm", "steps", "yields", "time", "rows", "seconds", "drafted", "drafting",
-                 "low", "stalled", "target", "cap", "next", "tail")
+                 "low", "stalled", "target", "cap", "next", "tail", "shorter", "counted")
 
-    def __init__(self, arm: int, low: float, target: float, cap: int) -> None:
+    def __init__(self, arm: int, low: float, target: float, cap: int,
+                 shorter: Iterable[int] | None = None) -> None:
         self.arm, self.low, self.target, self.cap = arm, low, target, cap
         self.steps = self.rows = self.drafted = self.stalled = self.tail = 0
         self.yields = self.time = self.seconds = self.drafting = 0.0
         self.next = -1
+        self.shorter = None if shorter is None else {v: 0.0 for v in shorter if 0 < v < arm}
+        """Per smaller drafting k of the bucket, the drafting steps it would have taken to emit
+        what the drafting rows emitted (`pair_price.shorter_steps`), per row, summed over the
+        steps counted (those with vLLM's counts: `counted`, with their drafting rows and the
+        tokens those emitted, per row)."""
+        self.counted = [0.0, 0.0, 0.0]
+
+    def count(self, batch: int, drafts: int, accepted: Sequence[int]) -> None:
+        """A settled step's drafting rows as each smaller k would have emitted their tokens.
+        A step without counts (one in which a request ended: vLLM's count its drafts
+        accepted past the end) is left out of these sums only."""
+        k = self.arm
+        if self.shorter is None or drafts < 0 or drafts and len(accepted) < k:
+            return
+        counted = self.counted
+        counted[0] += 1.0
+        if not drafts:
+            return
+        counted[1] += drafts / batch
+        counted[2] += (drafts + sum(accepted[:k])) / batch
+        for smaller in self.shorter:
+            self.shorter[smaller] += shorter_steps(k, smaller, drafts, accepted) / batch
+
+    def counts(self) -> Counts | None:
+        """`Measure.counts` of the block (None: no step counted)."""
+        if not self.counted[0] or self.shorter is None:
+            return None
+        return Counts(self.counted[1], self.counted[2], dict(self.shorter))
 
 
 @dataclass
@@ -97,6 +131,25 @@ class BucketState:
     """(old, new) incumbent of the bucket's last switch of its own; None: none yet."""
     history: list[tuple[int, int]] = field(default_factory=list)
     """(the bucket's measured steps then, the new incumbent) per switch, `HISTORY_MAX` first."""
+    counted_pairs: int = 0
+    """Pairs priced on one text (`pair_price.counted_times`; the rest by `pair_gain`: no
+    counts from the engine)."""
+    text_time: dict[int, list[float]] = field(default_factory=dict)
+    """Per arm, its time for its pairs' texts: a decayed weight and mean (`counted_gain`)."""
+
+    def counted_gain(self, arm: int, times: tuple[float, float, float], decay: float
+                     ) -> tuple[float, float]:
+        """(gain, floor) of a pair from `counted_times`: the incumbent's time for the text
+        less the arm's, over the arm's mean time for its pairs' texts (this one's included).
+        Linear in each pair's times, so a mean over pairs is their ratio of sums: the gain
+        weighted by the texts' tokens, no Jensen lean where a text is mostly passages or
+        mostly free (batch 1: a block of either)."""
+        incumbent, explored, floor = times
+        sums = self.text_time.setdefault(arm, [0.0, 0.0])  # decayed weight, mean
+        sums[0] = sums[0] * decay + 1.0
+        sums[1] += (explored - sums[1]) / sums[0]
+        return (incumbent - explored) / max(sums[1], 1e-12), floor
+
 
     def end_visit(self, explore_every: int, absent: int) -> None:
         """The bucket went stale (away `absent` engine steps): its visit ended. An exploration

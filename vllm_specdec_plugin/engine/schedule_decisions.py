@@ -18,9 +18,9 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-Measured = tuple[int, int, float, "int | list[list[int]]", int, bool]
+Measured = tuple[int, int, float, "int | list[list[int]]", int, bool, int, "Sequence[int]"]
 """One step as the engine thread measured it: a `core/schedule_state.Step`'s fields, its tokens
 either counted or the step's sampled rows to count (`schedule_runtime.counted`, on this
 thread). A row list stays alive until the thread takes its step: a few milliseconds, one step's

@@ -64,7 +64,8 @@ def snapshot(controller: ScheduleController, switchback: Switchback | None, own_
         buckets[bucket_label(key)] = {
             "k": state.incumbent, "prior": state.prior, "block_k": state.block.arm,
             "steps": state.steps, "explore_steps": state.explore_steps,
-            "unpaired": state.unpaired, "stalls": state.stalls, "visit_steps": state.visits,
+            "unpaired": state.unpaired, "counted_pairs": state.counted_pairs,
+            "stalls": state.stalls, "visit_steps": state.visits,
             "switches": state.switches, "history": state.history, "gain": gains}
     return {"model_name": model_name, "k_set": list(controller.k_set), "buckets": buckets,
             "overhead_us_per_step": 1e6 * own_s / steps if steps else None,

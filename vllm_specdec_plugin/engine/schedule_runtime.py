@@ -120,7 +120,9 @@ class ControlledScheduler:
 
         Its counts: with vLLM's spec-decoding stats (`log_stats`; `result` is what
         `update_from_output` returned) three attribute reads, a clean step's rows each sampled
-        one token plus their accepted drafts, and on a step in which a request ended the step's
+        one token plus their accepted drafts (and vLLM's counts of rows that drafted and of
+        drafts accepted per position, its list as it is), and on a step in which a request
+        ended (its counts not kept) the step's
         sampled lists handed over to be counted (`counted`, on the decision thread); without
         them (`--disable-log-stats`, the offline `LLM()` default) `walk`. Written out in this
         one function, not in helpers, and handed over as a plain tuple (the thread makes the
@@ -138,6 +140,7 @@ class ControlledScheduler:
         if not start:
             return
         tokens: int | list[list[int]]
+        drafts, accepted = -1, ()  # rows that drafted, accepted per position: not counted
         stats = None
         if self.log_stats and result:
             for outputs in result.values():
@@ -146,9 +149,10 @@ class ControlledScheduler:
         if stats is not None:
             spec = stats.spec_decoding_stats
             if spec is None:
-                tokens, drafted = batch, 0
+                tokens, drafted, drafts = batch, 0, 0
             else:
                 tokens, drafted = batch + spec.num_accepted_tokens, spec.num_draft_tokens
+                drafts, accepted = spec.num_drafts, spec.num_accepted_tokens_per_pos
             clean = output.total_num_scheduled_tokens == batch + drafted
             if finished and clean:
                 # A request ended in this step: the stats count the drafts it accepted past its
@@ -158,7 +162,7 @@ class ControlledScheduler:
                 # handed over as they are: the pass over the rows runs on the decision thread.
                 sampled = runner_output.sampled_token_ids
                 if sampled.__class__ is list:
-                    tokens = sampled
+                    tokens, drafts = sampled, -1  # its accepted counts overrun it too
         else:
             tokens, drafted, clean = walk(output, runner_output, batch)
         if clean and self.scheduler_state.get(CAPS):
@@ -166,7 +170,7 @@ class ControlledScheduler:
             # such a step is no evidence about k (docs/operations.md, per-request speculation).
             clean = not capped_in(self.scheduler_state, output.num_scheduled_tokens)
         self.decisions.hand((batch, output.num_spec_tokens_to_schedule, end - start, tokens,
-                             drafted, clean))
+                             drafted, clean, drafts, accepted))
         self.steps += 1
 
     def _apply(self, measured: Measured) -> None:
@@ -233,11 +237,11 @@ def counted(measured: Measured) -> Measured:
     cut in place at each request's end. A step with fewer tokens than rows is not clean.
     vLLM makes the lists anew each step and changes them no more after the update (0.32's
     model runner, 0.33's `AsyncOutput.get_output`), so counting them later counts the same."""
-    batch, k, seconds, tokens, drafted, clean = measured
+    batch, k, seconds, tokens, drafted, clean, drafts, accepted = measured
     if tokens.__class__ is not list:
         return measured
     emitted = sum(map(len, tokens))  # type: ignore[arg-type]
-    return batch, k, seconds, emitted, drafted, clean and emitted >= batch
+    return batch, k, seconds, emitted, drafted, clean and emitted >= batch, drafts, accepted
 
 
 def graph_ceiling(vllm_config: Any) -> int | None:
