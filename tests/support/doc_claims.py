@@ -12,6 +12,7 @@ from typing import Any
 from benchmarks.paired.targets import adaptive_target
 from support.carry_figures import CARRY_CLAIMS
 from support.cost_figures import COST_CLAIMS
+from support.counted_figures import COUNTED_CLAIMS
 from support.gain_figures import GAIN_CLAIMS
 from support.held_figures import HELD_CLAIMS
 from support.noise_figures import NOISE_CLAIMS
@@ -280,4 +281,4 @@ CLAIMS = [
 CLAIMS += [Claim(*claim) for claim in (*RUN_CLAIMS, *COST_CLAIMS, *VISIT_CLAIMS,
                                         *NOISE_CLAIMS, *CARRY_CLAIMS, *PRICED_CLAIMS,
                                         *GAIN_CLAIMS, *STEPPED_CLAIMS, *PACED_CLAIMS,
-                                        *HELD_CLAIMS)]
+                                        *HELD_CLAIMS, *COUNTED_CLAIMS)]

@@ -41,6 +41,9 @@ class Counts(NamedTuple):
     shorter: dict[int, float]
     """Per smaller drafting k of the bucket, the steps it would have taken to emit those
     tokens (`shorter_steps`)."""
+    price: float
+    """The block's `draft_time` at every batch size (`Measure.draft_time` only from
+    `text_share_from_batch` up: below, `pair_gain` reads a block as it ran); 0: not known."""
 
 
 class Measure(NamedTuple):
@@ -169,17 +172,17 @@ def counted_times(explored_k: int, incumbent_k: int, explored: Measure, before: 
     over pairs is a ratio of sums, weighted by tokens (`BucketState.counted_gain`). The
     floor: the Bhatia-Davis bound (`block_var`) on the smaller k's steps per step of the
     larger, a row's between 1 and `most_shorter_steps`. None where either k is 0 (k=0's
-    yield is one token a step: nothing to count, `pair_gain` prices it), the larger k's
-    blocks have no counts, or a block no price yet."""
+    yield is one token a step: nothing to count, `pair_gain` prices it), or a block has no
+    counts or no price yet (`Counts.price`)."""
     larger, smaller = max(explored_k, incumbent_k), min(explored_k, incumbent_k)
-    sources = (explored,) if explored_k == larger else (before, after)
-    counts = [b.counts for b in sources]
-    if not smaller or any(c is None for c in counts) or any(
-            b.draft_time <= 0.0 for b in (explored, before, after) if b.drafting > 0.0):
+    blocks = (explored, before, after)
+    if not smaller or any(b.counts is None or b.counts.price <= 0.0 for b in blocks):
         return None
-    drafting = sum(c.drafting for c in counts if c)
-    tokens = sum(c.tokens for c in counts if c)
-    steps = sum(c.shorter.get(smaller, 0.0) for c in counts if c)
+    counts = [b.counts for b in ((explored,) if explored_k == larger else (before, after))
+              if b.counts]
+    drafting = sum(c.drafting for c in counts)
+    tokens = sum(c.tokens for c in counts)
+    steps = sum(c.shorter.get(smaller, 0.0) for c in counts)
     total = explored.yields + before.yields + after.yields
     # The text's matched share: each side's, averaged. Pooled by tokens it leans to the
     # incumbent's two blocks, whose share the k between them moved the other way
@@ -192,14 +195,14 @@ def counted_times(explored_k: int, incumbent_k: int, explored: Measure, before: 
     else:
         psi = {larger: tokens / drafting, smaller: tokens / steps}
     times = []
-    for k, blocks in ((incumbent_k, (before, after)), (explored_k, (explored,))):
-        n = sum(b.steps for b in blocks)
-        price = sum(b.draft_time * b.steps for b in blocks) / n
-        base = (sum(b.time for b in blocks) - price * sum(b.drafting for b in blocks)) / n
+    for k, side in ((incumbent_k, (before, after)), (explored_k, (explored,))):
+        n = sum(b.steps for b in side)
+        per_row = sum(b.counts.price * b.steps for b in side if b.counts) / n
+        base = (sum(b.time for b in side) - per_row * sum(b.drafting for b in side)) / n
         rows = passage / psi[k]  # drafting row-steps
-        times.append((total - passage + rows) * base + rows * price)
+        times.append((total - passage + rows) * base + rows * per_row)
     r = (total - passage + passage / psi[smaller]) / (total - passage + passage / psi[larger])
-    rows = sum(b.rows for b in sources)
+    rows = sum(b.rows for b in ((explored,) if explored_k == larger else (before, after)))
     top = most_shorter_steps(larger, smaller)
     floor = block_var((r - 1.0) / (top - 1.0), rows, top - 1.0, rows) if top > 1.0 else 0.0
     return times[0], times[1], floor

@@ -215,12 +215,12 @@ class ScheduleController:
         self.costs.observe(round(block.rows / n), round(block.drafted / n), block.seconds / n)
         estimate.count_block(block.yields, n, block.rows, block.time)
         batch, first = block.rows / n, self.params.text_share_from_batch
-        priced = block.arm and (block.counted[0] or first and bucket_bounds(state.key)[0] >= first)
+        priced = block.arm and first and bucket_bounds(state.key)[0] >= first  # else as it ran
+        price = draft_time(block.arm, batch, block.drafting / n, self.costs.extra(round(batch))
+                           if priced or block.counted[0] else None,  # asked, it may refit
+                           state.shape.c0 + state.shape.c1 * batch)
         measure = Measure(block.yields, block.time, float(block.rows), n, block.drafting,
-                          draft_time(block.arm, batch, block.drafting / n,
-                                     self.costs.extra(round(batch)) if priced else None,
-                                     state.shape.c0 + state.shape.c1 * batch),
-                          block.counts())
+                          price if priced else 0.0, block.counts(price))
         if block.arm == state.incumbent:
             time = block.time / n
             state.step_time = time if state.step_time <= 0.0 else (

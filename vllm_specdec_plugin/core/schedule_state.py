@@ -82,11 +82,11 @@ class Block:
         for smaller in self.shorter:
             self.shorter[smaller] += shorter_steps(k, smaller, drafts, accepted) / batch
 
-    def counts(self) -> Counts | None:
-        """`Measure.counts` of the block (None: no step counted)."""
+    def counts(self, price: float) -> Counts | None:
+        """`Measure.counts` of the block, `price` its `draft_time` (None: no step counted)."""
         if not self.counted[0] or self.shorter is None:
             return None
-        return Counts(self.counted[1], self.counted[2], dict(self.shorter))
+        return Counts(self.counted[1], self.counted[2], dict(self.shorter), price)
 
 
 @dataclass

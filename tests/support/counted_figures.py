@@ -1,0 +1,81 @@
+"""The figures of "input_grounded c=4 with two drafting k read on one text" in
+docs/schedule-controller.md and the README's sentence on it, each computed from its result
+file (`support/doc_claims.py` checks them against the page)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from support.held_figures import HELD_C4, percent_range
+from support.result_tables import RUN_PAIRS_MARGIN, result
+from support.run_figures import CONTROLLER_PAGE, cell_of
+from support.stepped_figures import aa, cell_entry
+
+COUNTED_C4 = "controller-runs-steady-c4-counted"
+"""input_grounded c=4 with 468684a, and its A/A cell."""
+
+
+def c4_cell(aa_cell: bool = False) -> dict:
+    """The run's controller cell, or its A/A cell (the controller against itself)."""
+    if aa_cell:
+        return next(c for c in result(COUNTED_C4)["cells"] if len(set(c["arms"])) == 1)
+    return cell_of(COUNTED_C4, "input_grounded", 4)
+
+
+def switched_at(aa_cell: bool) -> tuple[str, str]:
+    """Bucket 2-3's one switch: the measured step it came at, and the new k."""
+    (step, k), = c4_cell(aa_cell)["history"]["2-3"]
+    return str(k), str(step)
+
+
+def shares(aa_cell: bool, *ks: str) -> tuple[str, ...]:
+    """The controller's share of its priced seconds at each k, in whole percent."""
+    found = c4_cell(aa_cell)["priced"]["controller_priced_share_by_k"]
+    return tuple(f"{100 * found[k]:.0f}" for k in ks)
+
+
+def lead(over: str, under: str) -> str:
+    """How far fixed `over` leads fixed `under`, priced, in percent (one decimal), from
+    each one's ratio against the controller."""
+    against = c4_cell()["priced"]["against_last"]
+    return f"{100 * (against[under]['ratio'] / against[over]['ratio'] - 1.0):.1f}"
+
+
+def short() -> str:
+    """Points by which fixed k=2 / controller's priced interval low falls short of 0.98."""
+    low = c4_cell()["priced"]["against_last"]["k2"]["low"]
+    return f"{100 * (RUN_PAIRS_MARGIN - low):.1f}"
+
+
+def priced(arm: str) -> str:
+    return f"{c4_cell()['priced']['against_last'][arm]['ratio']:.3f}"
+
+
+COUNTED_CLAIMS: list[tuple[str, str, Callable[[], tuple[str, ...]]]] = [
+    (CONTROLLER_PAGE, r"Fixed k=2 against the controller reads (\S+ \[\S+ \S+\]) priced \((\S+ "
+     r"\[\S+ \S+\]) in the 6bd4e7c cell\): still a miss, by ([\d.]+) points",
+     lambda: (cell_entry(COUNTED_C4, "input_grounded", 4, "k2", True),
+              cell_entry(HELD_C4, "input_grounded", 4, "k2", True), short())),
+    (CONTROLLER_PAGE, r"Bucket 2-3 moved to k=(\d) at its (\d+)th measured step \(in the warm-up\)",
+     lambda: switched_at(False)),
+    (CONTROLLER_PAGE, r"the controller spent (\d+)% of its priced seconds at k=2, (\d+)% at k=0 "
+     r"and (\d+)% at k=5\. The pairs read on one text: (\d+), (\d+) and (\d+) in 1-1, 2-3 and "
+     r"4-7", lambda: (*shares(False, "k2", "k0", "k5"),
+                      *(str(c4_cell()["counted_pairs"][b]) for b in ("1-1", "2-3", "4-7")))),
+    (CONTROLLER_PAGE, r"the controller is ahead: (\S+) and (\S+) priced\.",
+     lambda: (priced("k5"), priced("k0"))),
+    (CONTROLLER_PAGE, r"Explored (\d+)-(\d+)% of the buckets' steps \((\d+)-(\d+)% in the 6bd4e7c "
+     r"cell\)", lambda: (*percent_range(list(c4_cell()["explore_share"].values())),
+                         *percent_range(list(cell_of(HELD_C4, "input_grounded", 4)[
+                             "explore_share"].values())))),
+    (CONTROLLER_PAGE, r"the controller against itself at input_grounded c=4: timed (\S+ \[\S+ "
+     r"\S+\]), priced (\S+ \[\S+ \S+\])\.", lambda: aa(COUNTED_C4)),
+    (CONTROLLER_PAGE, r"2-3 moved to k=(\d) at its (\d+)th measured step \(k=0 leads the prior "
+     r"k=5 here by ([\d.]+)% priced\), 4-7 followed, and (\d+)% of its priced seconds ran at "
+     r"k=0, which fixed k=2 leads by about ([\d.]+)%",
+     lambda: (*switched_at(True), lead("k0", "k5"), *shares(True, "k0"), lead("k2", "k0"))),
+    ("README.md", r"fixed k=2 against the controller rose from (\S+ \[\S+ \S+\]) to (\S+ "
+     r"\[\S+ \S+\]) priced, ([\d.]+) points short of the target",
+     lambda: (cell_entry(HELD_C4, "input_grounded", 4, "k2", True),
+              cell_entry(COUNTED_C4, "input_grounded", 4, "k2", True), short())),
+]
