@@ -1,5 +1,5 @@
-"""One pair's log ratio (`core/schedule_control.py`), each drafting block priced at the text's own
-matched-token share. Pure Python, no I/O.
+"""One pair's gain (`core/schedule_control.py`), each drafting block priced at the text's own
+matched-token share; two drafting k, with vLLM's accepted counts, on one text. Pure Python.
 
 N-gram drafting (like any drafter that copies from the context) drafts for a row only inside a
 matched passage, and a larger k leaves a passage in fewer steps. So how many rows are
@@ -17,6 +17,10 @@ drafting share q* = y* phi / (1 + a); its time moves by the drafts that mix adds
 the cost model's price of a drafted token and of a drafting step (`StepCostTable.extra`). A
 block at k=0, or one with no drafting row, is priced as it ran. Where only the explored block
 drafts, phi is its own and the price is the raw one.
+
+With vLLM's accepted counts per position (`Counts`), two drafting k need not be read from two
+blocks' own yields at all: the smaller k's tokens per drafting row-step are counted from the
+larger k's rows (`shorter_steps`), and both k are timed on one text (`counted_times`).
 """
 
 from __future__ import annotations
