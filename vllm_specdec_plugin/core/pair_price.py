@@ -203,8 +203,8 @@ def counted_times(explored_k: int, incumbent_k: int, explored: Measure, before: 
         n = sum(b.steps for b in side)
         per_row = sum(b.counts.price * b.steps for b in side if b.counts) / n
         base = (sum(b.time for b in side) - per_row * sum(b.drafting for b in side)) / n
-        rows = passage / psi[k]  # drafting row-steps
-        times.append((total - passage + rows) * base + rows * per_row)
+        drafting_rows = passage / psi[k]  # its drafting row-steps on the text
+        times.append((total - passage + drafting_rows) * base + drafting_rows * per_row)
     r = (total - passage + passage / psi[smaller]) / (total - passage + passage / psi[larger])
     rows = sum(b.rows for b in ((explored,) if explored_k == larger else (before, after)))
     top = most_shorter_steps(larger, smaller)

@@ -68,7 +68,7 @@ class Block:
 
     def count(self, batch: int, drafts: int, accepted: Sequence[int]) -> None:
         """A settled step's drafting rows as each smaller k would have emitted their tokens.
-        A step without counts (one in which a request ended: vLLM's count its drafts
+        A step without counts (one in which a request ended: vLLM's counts hold its drafts
         accepted past the end) is left out of these sums only."""
         k = self.arm
         if self.shorter is None or drafts < 0 or drafts and len(accepted) < k:
@@ -86,7 +86,7 @@ class Block:
         """`Measure.counts` of the block, `price` its `draft_time` (None: no step counted)."""
         if not self.counted[0] or self.shorter is None:
             return None
-        return Counts(self.counted[1], self.counted[2], dict(self.shorter), price)
+        return Counts(self.counted[1], self.counted[2], self.shorter, price)  # block closed
 
 
 @dataclass
