@@ -129,6 +129,10 @@ class ArmEstimate:
     `core/explore_pace.hopeful`)."""
     since: list[float] = field(default_factory=lambda: [0.0, 0.0])
     """Sum and count of the pairs after the one that showed the change (`hopeful`'s)."""
+    carried: bool = False
+    """`moved` was carried over a switch (`core/explore_pace.restart_after_switch`), not seen
+    by the CUSUM: it paces the arm only until its own `min_pairs` pairs (then it is dropped,
+    `held` with it; a change's stays until the next restart)."""
     yields: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0, 0.0])
     """Decayed sums over the arm's blocks of yield per row, steps, row-steps and time (kept
     across resets: they describe the arm, not a comparison)."""
@@ -151,7 +155,7 @@ class ArmEstimate:
         self.pairs = 0
         self.run = [0.0, 0.0, 0.0, 0.0]
         self.moved = None
-        self.held, self.spread, self.since = 0, math.inf, [0.0, 0.0]
+        self.held, self.spread, self.since, self.carried = 0, math.inf, [0.0, 0.0], False
 
     def restart(self, moved: float, held: int) -> None:
         """A change of traffic seen (the CUSUM's, or k=0's level read from the incumbent's
@@ -257,6 +261,9 @@ class ArmEstimate:
         self.add(gain, decay, floor, reference)
         if self.pairs < min_pairs:
             return 0
+        if self.carried:  # its own pairs rule from here
+            self.moved, self.held, self.spread, self.since = None, 0, math.inf, [0.0, 0.0]
+            self.carried = False
         if self.gain - self.half_width(1.0 - alpha) > margin:
             return 1
         return -1 if self.gain + self.half_width(1.0 - back_off) < -margin else 0

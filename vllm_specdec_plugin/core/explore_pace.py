@@ -67,6 +67,36 @@ def pace(estimate: ArmEstimate, verdict: int, p: ControllerParams) -> int:
     return max(gap, min(costly, estimate.gap * 2), held)
 
 
+def restart_after_switch(arms: dict[int, ArmEstimate], old: int, new: int,
+                         p: ControllerParams) -> None:
+    """At a switch every arm's evidence restarts from zero: measured against the old
+    incumbent, carried over, one noisy block would switch back, so no decision uses it. Its
+    pace need not restart: where both an arm and the winner had `min_pairs` pairs (the old
+    incumbent has the winner's), the arm's level against the new incumbent is (1 + its gain)
+    / (1 + the winner's) - 1, at `pace_level`'s bounds on the side that favours looking (its
+    upper, the winner's lower; the old incumbent's gain is 0). An arm that level says loses
+    by more than the margin starts at the gap its loss allows (`explore_cost`, as `pace`)
+    and is paced by that level, as by a change's (`ArmEstimate.moved`, `held`), until its
+    own `min_pairs` pairs rule (`ArmEstimate.judge`). Right after a switch at batch 4, restarted at
+    the first pace, two losing arms took 45% of the first 150 steps (docs/schedule-
+    controller.md, "Paced after a switch"). Every other arm, and every arm where the winner
+    had too few pairs (a switch carried from another bucket), restarts at `explore_every`.
+    Pacing only: no decision's error rate moves."""
+    winner = arms[new]
+    low = winner.bounds(p.pace_level)[0] if winner.pairs >= p.min_pairs else -math.inf
+    spread = winner.prediction_sd()
+    for k, arm in arms.items():
+        high = 0.0 if k == old else arm.bounds(p.pace_level)[1] if (
+            k != new and arm.pairs >= p.min_pairs) else math.inf
+        arm.reset()
+        arm.gap = arm.wait = p.explore_every
+        level = (1.0 + high) / (1.0 + low) - 1.0 if low > -1.0 else math.inf
+        if level < -p.margin:
+            arm.moved, arm.spread, arm.carried = level, spread, True
+            arm.gap = arm.wait = arm.held = max(
+                min(round(-level / p.explore_cost), p.explore_every_rarest), p.explore_every)
+
+
 def hopeful(estimate: ArmEstimate, p: ControllerParams) -> bool:
     """Whether an arm a change restarted may win: by the pairs since, where there are any
     (their mean `pace_level`'s quantile of their standard error above -margin, one pair's

@@ -42,7 +42,7 @@ import math
 from collections.abc import Container, Sequence
 
 from vllm_specdec_plugin.core.arm_stats import ArmEstimate, BatchShape, relative_gain
-from vllm_specdec_plugin.core.explore_pace import early_look, pace
+from vllm_specdec_plugin.core.explore_pace import early_look, pace, restart_after_switch
 from vllm_specdec_plugin.core.pair_price import Measure, counted_times, draft_time, pair_gain
 from vllm_specdec_plugin.core.schedule_params import CONTROLLER_DEFAULTS, ControllerParams
 from vllm_specdec_plugin.core.schedule_state import (
@@ -275,13 +275,11 @@ class ScheduleController:
         estimate.gap = estimate.wait = pace(estimate, verdict, p)
 
     def _switch(self, state: BucketState, arm: int, decided: bool = True) -> None:
-        """`arm` becomes the incumbent; every arm's evidence restarts from zero (carried
-        over, measured against the old incumbent, one noisy block would switch back). A
+        """`arm` becomes the incumbent; every arm's evidence restarts from zero, its pace
+        from what the evidence before said (`restart_after_switch`). A
         decision of the bucket's own (`decided`) is carried to its undecided neighbours."""
-        every, old = self.params.explore_every, state.incumbent
-        for estimate in state.arms.values():
-            estimate.reset()
-            estimate.gap = estimate.wait = every
+        old = state.incumbent
+        restart_after_switch(state.arms, old, arm, self.params)
         state.incumbent = arm
         state.last_incumbent = state.pending = None
         state.step_time = 0.0
