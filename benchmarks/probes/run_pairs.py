@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import sys
 import time
@@ -143,7 +144,7 @@ def run_cell(llm: Any, tokenizer: Any, workload: str, concurrency: int, arms: li
 
 
 AFTER = ("table_after", "explore_share", "switches", "pairs", "unpaired", "counted_pairs",
-         "history")
+         "history", "estimates")
 
 
 def controller_after(controller: Any) -> dict[str, dict[str, Any]]:
@@ -151,8 +152,18 @@ def controller_after(controller: Any) -> dict[str, dict[str, Any]]:
     each other k's pairs since the bucket's last switch, its explorations dropped unpaired
     (the bucket went stale before the incumbent block after them: a short visit), its pairs
     priced on one text from vLLM's counts (`pair_price.counted_times`) and its switches'
-    history (the bucket's measured steps then, the new k; the warm-up's steps included)."""
+    history (the bucket's measured steps then, the new k; the warm-up's steps included), and
+    each other k's estimate against the incumbent now: its mean gain, the lower bound a switch
+    needs past the margin (at 1 - alpha; None below two pairs) and the effective number of
+    its pairs."""
     buckets = sorted(controller.buckets.items())
+    alpha = controller.params.alpha
+
+    def estimate(arm: Any) -> dict[str, float | None]:
+        low = arm.bounds(1.0 - alpha)[0]
+        return {"gain": round(arm.gain, 4), "low": round(low, 4) if math.isfinite(low) else None,
+                "n_eff": round(arm.n_eff(), 1)}
+
     return {"table_after": {bucket_label(key): state.incumbent for key, state in buckets},
             "explore_share": {bucket_label(key): round(state.explore_steps / state.steps, 3)
                               for key, state in buckets if state.steps},
@@ -161,7 +172,10 @@ def controller_after(controller: Any) -> dict[str, dict[str, Any]]:
                                           if k != state.incumbent} for key, state in buckets},
             "unpaired": {bucket_label(key): state.unpaired for key, state in buckets},
             "counted_pairs": {bucket_label(key): state.counted_pairs for key, state in buckets},
-            "history": {bucket_label(key): state.history for key, state in buckets}}
+            "history": {bucket_label(key): state.history for key, state in buckets},
+            "estimates": {bucket_label(key): {f"k{k}": estimate(arm) for k, arm in
+                                              state.arms.items() if k != state.incumbent}
+                          for key, state in buckets}}
 
 
 def hold(runtime: Any, arm: str) -> None:

@@ -313,8 +313,9 @@ def test_adaptation_time_at_batch_one():
     """`STOPS_ACCEPTING`, or the reverse: the bucket moves within 3000 and 2000 steps on every
     one of 20 seeds, median at most 2000 and 1000. Measured: median 1558, at most 2278 when
     k=5 stops accepting (the incumbent's yield falls, `YieldLevel`, so k=0's level is known
-    and it is looked at early, `early_look`); median 734, at most 1702 when it starts (1469
-    before a false alarm's gap was kept, `ArmEstimate.held`). The
+    and it is looked at early, `early_look`); median 646, at most 1656 when it starts (734
+    and 1469 before a switch's losers kept their pace, `restart_after_switch`; 1702 before a
+    false alarm's gap was kept, `ArmEstimate.held`). The
     rule before (k=0's level not read from the yield, explorations not priced by their
     loss): 2606 / 5665 and 693 / 1563;
     each block's next k written only at its end before that: 3189 / 6006 and 1267 / 2899. An
