@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchmarks.paired.targets import adaptive_target
+from support.carried_figures import CARRIED_CLAIMS
 from support.carry_figures import CARRY_CLAIMS
 from support.cost_figures import COST_CLAIMS
 from support.counted_figures import COUNTED_CLAIMS
@@ -281,4 +282,5 @@ CLAIMS = [
 CLAIMS += [Claim(*claim) for claim in (*RUN_CLAIMS, *COST_CLAIMS, *VISIT_CLAIMS,
                                         *NOISE_CLAIMS, *CARRY_CLAIMS, *PRICED_CLAIMS,
                                         *GAIN_CLAIMS, *STEPPED_CLAIMS, *PACED_CLAIMS,
-                                        *HELD_CLAIMS, *COUNTED_CLAIMS)]
+                                        *HELD_CLAIMS, *COUNTED_CLAIMS,
+                                        *CARRIED_CLAIMS)]

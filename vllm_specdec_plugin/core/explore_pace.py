@@ -77,11 +77,11 @@ def restart_after_switch(arms: dict[int, ArmEstimate], old: int, new: int,
     upper, the winner's lower; the old incumbent's gain is 0). An arm that level says loses
     by more than the margin starts at the gap its loss allows (`explore_cost`, as `pace`)
     and is paced by that level, as by a change's (`ArmEstimate.moved`, `held`), until its
-    own `min_pairs` pairs rule (`ArmEstimate.judge`). Right after a switch at batch 4, restarted at
-    the first pace, two losing arms took 45% of the first 150 steps (docs/schedule-
-    controller.md, "Paced after a switch"). Every other arm, and every arm where the winner
-    had too few pairs (a switch carried from another bucket), restarts at `explore_every`.
-    Pacing only: no decision's error rate moves."""
+    own `min_pairs` pairs rule (`ArmEstimate.judge`). Right after a switch at batch 4,
+    restarted at the first pace, two losing arms took 45% of the first 150 steps
+    (docs/schedule-controller.md, "Paced after a switch"). Every other arm, and every arm
+    where the winner had too few pairs (a switch carried from another bucket), restarts at
+    `explore_every`. Pacing only: no decision's error rate moves."""
     winner = arms[new]
     low = winner.bounds(p.pace_level)[0] if winner.pairs >= p.min_pairs else -math.inf
     spread = winner.prediction_sd()
