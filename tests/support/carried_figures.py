@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from collections.abc import Callable
+from itertools import pairwise
 
 from support.counted_figures import COUNTED_C4
 from support.result_tables import RESULTS, result
@@ -46,6 +48,14 @@ AGAIN_C4 = "controller-runs-steady-c4-carried-2"
 """The same command run again at once with eb60b94 (each arm's estimate reported)."""
 
 
+def implied_spread(found: dict) -> float:
+    """One pair's spread implied by a reported estimate (gain, low, n_eff): the bound's
+    distance below the mean over t(1 - alpha, n_eff - 1), times the root of n_eff."""
+    half = found["gain"] - found["low"]
+    df = found["n_eff"] - 1.0
+    return half / t_quantile(1.0 - CONTROLLER_DEFAULTS.alpha, df) * math.sqrt(found["n_eff"])
+
+
 def stuck_k2() -> tuple[str, ...]:
     """2-3's k=2 estimate at the end of the controller cell: its mean gain (%), the fixed
     arms' lead of k=2 over k=5 (%), the switch's bound (%), n_eff, the bound's distance
@@ -54,8 +64,7 @@ def stuck_k2() -> tuple[str, ...]:
     found = cell["estimates"]["2-3"]["k2"]
     against = cell["priced"]["against_last"]
     half = found["gain"] - found["low"]
-    spread = half / t_quantile(1.0 - CONTROLLER_DEFAULTS.alpha, found["n_eff"] - 1.0) * math.sqrt(
-        found["n_eff"])
+    spread = implied_spread(found)
     lead = against["k5"]["ratio"] / against["k2"]["ratio"] - 1.0
     return (f"{100 * found['gain']:.1f}", f"{100 * lead:.1f}",
             f"{100 * found['low']:.1f}", f"{found['n_eff']:.1f}", f"{100 * half:.1f}",
@@ -72,6 +81,57 @@ def steps_2_3(name: str) -> tuple[str, str]:
                               for arm, taken in run.items() if arm.startswith("controller")
                               for step in taken["steps"] if 2 <= step[0] <= 3)))
     return counts[0], counts[1]
+
+
+def controller_runs(name: str, part: str = "steps") -> list[list[list[float]]]:
+    """The controller cell's controller runs from the run's steps file (`part`: "steps", the
+    measured ones, or "warmup_steps"), each a list of `[rows, drafted, prefill, seconds,
+    k]`."""
+    cell = json.loads((RESULTS / f"{name}.steps.json").read_text())["cells"][0]
+    return [run["steps"] for group in cell[part] for arm, run in group.items()
+            if arm.startswith("controller")]
+
+
+def steady_steps(name: str) -> str:
+    """The largest coefficient of variation of step time (%) over the controller cell's
+    groups of 30 or more prefill-free steps of one arm, batch size (2-4) and drafted count."""
+    cell = json.loads((RESULTS / f"{name}.steps.json").read_text())["cells"][0]
+    groups: dict[tuple[str, int, int], list[float]] = {}
+    for group in cell["steps"]:
+        for arm, run in group.items():
+            for rows, drafted, prefill, seconds, _ in run["steps"]:
+                if not prefill and 2 <= rows <= 4:
+                    groups.setdefault((arm, rows, drafted), []).append(seconds)
+    found = [statistics.pstdev(v) / statistics.fmean(v) for v in groups.values() if len(v) >= 30]
+    return f"{100 * max(found):.1f}"
+
+
+def visits(name: str) -> list[list[float]]:
+    """The controller's measured runs of consecutive steps at batch 2-3, as their batch
+    sizes."""
+    found: list[list[float]] = []
+    for steps in controller_runs(name):
+        visit: list[float] = []
+        for step in [*steps, [0]]:
+            if 2 <= step[0] <= 3:
+                visit.append(step[0])
+            elif visit:
+                found.append(visit)
+                visit = []
+    return found
+
+
+def visit_figures(name: str) -> tuple[str, str, str]:
+    """The median visit's steps, the visits in which the batch fell from 3 to 2, the
+    visits."""
+    found = visits(name)
+    fell = sum(1 for v in found if any(a == 3 and b == 2 for a, b in pairwise(v)))
+    return f"{statistics.median(len(v) for v in found):.1f}", str(fell), str(len(found))
+
+
+def spread_of(cell: dict, bucket: str, k: str) -> str:
+    """One pair's spread implied by an arm's reported estimate."""
+    return f"{implied_spread(cell['estimates'][bucket][k]):.2f}"
 
 
 CARRIED_CLAIMS: list[tuple[str, str, Callable[[], tuple[str, ...]]]] = [
@@ -111,4 +171,11 @@ CARRIED_CLAIMS: list[tuple[str, str, Callable[[], tuple[str, ...]]]] = [
     ("README.md", r"the controller did not leave k=5 there within the run, (\S+ \[\S+ \S+\]) and "
      r"(\S+ \[\S+ \S+\]) priced", lambda: tuple(cell_entry(name, "input_grounded", 4, "k2", True)
                                          for name in (CARRIED_C4, AGAIN_C4))),
+    (CONTROLLER_PAGE, r"varies by at most ([\d.]+)% \(coefficient of variation", lambda: (
+        steady_steps(AGAIN_C4),)),
+    (CONTROLLER_PAGE, r"bucket 1-1's pairs of k=2 and k=5 spread about ([\d.]+), as on the "
+     r"synthetic engine", lambda: (spread_of(aa_cell(AGAIN_C4), "1-1", "k2"),)),
+    (CONTROLLER_PAGE, r"in visits of a median ([\d.]+) steps \(the controller cell's measured "
+     r"runs\), and in (\d+) of its (\d+) visits the batch fell from 3 to 2",
+     lambda: visit_figures(AGAIN_C4)),
 ]
