@@ -95,8 +95,10 @@ def run_cell(llm: Any, tokenizer: Any, workload: str, concurrency: int, arms: li
               for start in starts]
     log = StepLog.of(runtime)
     warmup: list[tuple[list[Step], float]] = []  # the warm-up's runs: priced figures' fit
+    seen: list[list[Any]] = []
     if CONTROLLER in arms:  # a fresh controller learns the cell's traffic, not measured
         runtime.restart(None, fresh=True)
+        record_steps(runtime.controller, seen)
         end = time.perf_counter() + warmup_s
         while time.perf_counter() < end:
             for batch, params in groups:
@@ -139,6 +141,8 @@ def run_cell(llm: Any, tokenizer: Any, workload: str, concurrency: int, arms: li
             "priced": priced_against_last(steps, arms, figures, random.Random(SEED), warmup),
             "steps": encode(steps),
             "warmup_steps": encode([{CONTROLLER: run} for run in warmup]),
+            "controller_steps": {"prior": list(runtime.prior), "k_set": list(runtime.k_set),
+                                 "max_graph_tokens": runtime.graph_tokens, "steps": seen},
             **(controller_after(runtime.controller) if CONTROLLER in arms
                else dict.fromkeys(AFTER))}
 
@@ -176,6 +180,23 @@ def controller_after(controller: Any) -> dict[str, dict[str, Any]]:
             "estimates": {bucket_label(key): {f"k{k}": estimate(arm) for k, arm in
                                               state.arms.items() if k != state.incumbent}
                           for key, state in buckets}}
+
+
+def record_steps(controller: Any, seen: list[list[Any]]) -> None:
+    """Keep every `Step` the controller is handed (warm-up and runs, in order), as a list:
+    batch, k, seconds, tokens, drafted, clean, drafts, accepted per position. The controller
+    is pure, so a fresh one (the runtime's prior, k set and graph ceiling, kept beside them)
+    fed these replays its every pair offline (the priced figures' steps, `StepLog`, carry no
+    counts)."""
+    observe = controller.observe
+
+    def recorded(step: Any) -> Any:
+        batch, k, seconds, tokens, drafted, clean, drafts, accepted = step
+        seen.append([batch, k, round(seconds, 6), tokens, drafted, clean, drafts,
+                     list(accepted)])
+        return observe(step)
+
+    controller.observe = recorded
 
 
 def hold(runtime: Any, arm: str) -> None:
@@ -235,7 +256,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         cell = run_cell(llm, tokenizer, workload, concurrency, arms, requests,
                         args.tokens, rng, args.warmup, args.lengths)
         stepped.append({key: cell.pop(key) for key in ("workload", "concurrency", "arms",
-                                                        "steps", "warmup_steps")})
+                                                        "steps", "warmup_steps",
+                                                        "controller_steps")})
         cell = {**{key: stepped[-1][key] for key in ("workload", "concurrency", "arms")},
                 **cell}
         cells.append(cell)
