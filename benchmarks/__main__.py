@@ -80,6 +80,9 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("carry_over", "benchmarks.probes.carry_over",
               "a bucket_visits run's pairs of runs at two k: raw, with a burn-in, and priced "
               "at the text's matched-token share (no engine)"),
+    Benchmark("replay_pairs", "benchmarks.probes.replay_pairs",
+              "a run_pairs run's controller replayed from its recorded steps: every pair, "
+              "its gain and blocks, and whether the replay ends where the run did (no engine)"),
     Benchmark("zero_draft_profile", "benchmarks.probes.zero_draft_profile",
               "where a zero-draft step's time goes (in-process engine; --micro: parts alone)"),
     Benchmark("hostile_inputs", "benchmarks.reliability.hostile_inputs",

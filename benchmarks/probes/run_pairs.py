@@ -95,7 +95,7 @@ def run_cell(llm: Any, tokenizer: Any, workload: str, concurrency: int, arms: li
               for start in starts]
     log = StepLog.of(runtime)
     warmup: list[tuple[list[Step], float]] = []  # the warm-up's runs: priced figures' fit
-    seen: list[list[Any]] = []
+    seen: list[Any] = []
     if CONTROLLER in arms:  # a fresh controller learns the cell's traffic, not measured
         runtime.restart(None, fresh=True)
         record_steps(runtime.controller, seen)
@@ -182,13 +182,14 @@ def controller_after(controller: Any) -> dict[str, dict[str, Any]]:
                           for key, state in buckets}}
 
 
-def record_steps(controller: Any, seen: list[list[Any]]) -> None:
+def record_steps(controller: Any, seen: list[Any]) -> None:
     """Keep every `Step` the controller is handed (warm-up and runs, in order), as a list:
-    batch, k, seconds, tokens, drafted, clean, drafts, accepted per position. The controller
+    batch, k, seconds, tokens, drafted, clean, drafts, accepted per position; between them
+    the count of other arms' steps it was told of in a row (`interrupt`). The controller
     is pure, so a fresh one (the runtime's prior, k set and graph ceiling, kept beside them)
     fed these replays its every pair offline (the priced figures' steps, `StepLog`, carry no
     counts)."""
-    observe = controller.observe
+    observe, interrupt = controller.observe, controller.interrupt
 
     def recorded(step: Any) -> Any:
         batch, k, seconds, tokens, drafted, clean, drafts, accepted = step
@@ -196,7 +197,14 @@ def record_steps(controller: Any, seen: list[list[Any]]) -> None:
                      list(accepted)])
         return observe(step)
 
-    controller.observe = recorded
+    def interrupted() -> None:  # a fixed arm's step (`Switchback`): counted, in a row
+        if seen and isinstance(seen[-1], int):
+            seen[-1] += 1
+        else:
+            seen.append(1)
+        interrupt()
+
+    controller.observe, controller.interrupt = recorded, interrupted
 
 
 def hold(runtime: Any, arm: str) -> None:

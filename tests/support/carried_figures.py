@@ -168,14 +168,4 @@ CARRIED_CLAIMS: list[tuple[str, str, Callable[[], tuple[str, ...]]]] = [
               f"{100 * aa_cell(AGAIN_C4)['explore_share']['2-3']:.0f}")),
     (CONTROLLER_PAGE, r"2-3 saw (\d+) steps of the A/A's controller and (\d+) of the controller "
      r"cell's", lambda: steps_2_3(AGAIN_C4)),
-    ("README.md", r"the controller did not leave k=5 there within the run, (\S+ \[\S+ \S+\]) and "
-     r"(\S+ \[\S+ \S+\]) priced", lambda: tuple(cell_entry(name, "input_grounded", 4, "k2", True)
-                                         for name in (CARRIED_C4, AGAIN_C4))),
-    (CONTROLLER_PAGE, r"varies by at most ([\d.]+)% \(coefficient of variation", lambda: (
-        steady_steps(AGAIN_C4),)),
-    (CONTROLLER_PAGE, r"bucket 1-1's pairs of k=2 and k=5 spread about ([\d.]+), as on the "
-     r"synthetic engine", lambda: (spread_of(aa_cell(AGAIN_C4), "1-1", "k2"),)),
-    (CONTROLLER_PAGE, r"in visits of a median ([\d.]+) steps \(the controller cell's measured "
-     r"runs\), and in (\d+) of its (\d+) visits the batch fell from 3 to 2",
-     lambda: visit_figures(AGAIN_C4)),
 ]

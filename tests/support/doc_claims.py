@@ -19,6 +19,7 @@ from support.held_figures import HELD_CLAIMS
 from support.noise_figures import NOISE_CLAIMS
 from support.paced_figures import PACED_CLAIMS
 from support.priced_figures import PRICED_CLAIMS
+from support.replay_figures import REPLAY_CLAIMS
 from support.result_tables import result
 from support.run_figures import (
     CONTROLLER_PAGE,
@@ -283,4 +284,4 @@ CLAIMS += [Claim(*claim) for claim in (*RUN_CLAIMS, *COST_CLAIMS, *VISIT_CLAIMS,
                                         *NOISE_CLAIMS, *CARRY_CLAIMS, *PRICED_CLAIMS,
                                         *GAIN_CLAIMS, *STEPPED_CLAIMS, *PACED_CLAIMS,
                                         *HELD_CLAIMS, *COUNTED_CLAIMS,
-                                        *CARRIED_CLAIMS)]
+                                        *CARRIED_CLAIMS, *REPLAY_CLAIMS)]

@@ -1,0 +1,168 @@
+"""A run_pairs run's controller replayed offline, pair by pair.
+
+    python -m benchmarks replay_pairs RUN [--out FILE]     (RUN: a run_pairs result, NAME.json)
+
+run_pairs keeps every `Step` its controller was handed, with vLLM's accepted counts, and the
+runtime's prior, k set and graph ceiling (`NAME.steps.json`, `controller_steps`; runs from
+before the other arms' steps were counted in it replay inexact). The controller
+is pure, so a fresh one fed those steps makes the same blocks, pairs and decisions. This probe
+does that per cell and keeps each pair as the controller read it: its bucket, explored k and
+incumbent, whether it was priced on one text (`counted_times`), its gain and variance floor,
+and the three blocks' sums (steps, row-steps, yield, time, drafting share, and from the
+counts the drafting rows, their tokens and the smaller k's steps). Per bucket and arm it
+reports the pairs' mean gain and spread, and the spread of each side's time per step, so a
+wide pair can be traced to the text or to the time. It checks the replay against the run:
+the table after and each arm's estimate must match the cell's (`replay_exact`).
+
+No engine: run anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks.lib.results import command, write_json
+from vllm_specdec_plugin.core.pair_price import Measure, counted_times
+from vllm_specdec_plugin.core.schedule_control import ScheduleController
+from vllm_specdec_plugin.core.schedule_state import Step
+from vllm_specdec_plugin.core.step_cost import bucket_label
+
+
+def block_of(measure: Measure) -> dict[str, Any]:
+    """A block's sums as plain data."""
+    found: dict[str, Any] = {"steps": measure.steps, "rows": measure.rows,
+                             "yields": round(measure.yields, 4),
+                             "time": round(measure.time, 4),
+                             "drafting": round(measure.drafting, 4)}
+    if measure.counts is not None:
+        found["counts"] = {"drafting": round(measure.counts.drafting, 4),
+                           "tokens": round(measure.counts.tokens, 4),
+                           "shorter": {str(k): round(v, 4)
+                                       for k, v in measure.counts.shorter.items()},
+                           "price": round(measure.counts.price, 6)}
+    return found
+
+
+def replay(setup: dict[str, Any]) -> tuple[ScheduleController, list[dict[str, Any]]]:
+    """A fresh controller fed the recorded steps; every pair it read, in order."""
+    controller = ScheduleController(setup["prior"], setup["k_set"],
+                                    max_graph_tokens=setup["max_graph_tokens"])
+    pairs: list[dict[str, Any]] = []
+    paired = controller._paired
+
+    def spied(state: Any, pending: Any, after: Measure) -> None:
+        arm, explored, before = pending
+        incumbent = state.incumbent
+        times = counted_times(arm, incumbent, explored, before, after)
+        estimate, seen = state.arms[arm], []
+        judge = estimate.judge
+
+        def spied_judge(gain: float, *args: Any) -> int:
+            seen.append(gain)  # the pair's gain as the controller read it
+            return judge(gain, *args)
+
+        estimate.judge = spied_judge  # type: ignore[method-assign]
+        try:
+            paired(state, pending, after)
+        finally:
+            del estimate.judge
+        gain = seen[0] if seen else None
+        pairs.append({"bucket": bucket_label(state.key), "arm": arm, "incumbent": incumbent,
+                      "counted": times is not None,
+                      "times": None if times is None else [round(t, 5) for t in times],
+                      "gain": None if gain is None else round(gain, 5),
+                      "switched": state.incumbent != incumbent,
+                      "blocks": [block_of(b) for b in (before, explored, after)]})
+
+    controller._paired = spied  # type: ignore[method-assign]
+    for step in setup["steps"]:
+        if isinstance(step, int):  # other arms' steps in a row (`Switchback`)
+            for _ in range(step):
+                controller.interrupt()
+            continue
+        batch, k, seconds, tokens, drafted, clean, drafts, accepted = step
+        controller.observe(Step(batch, k, seconds, tokens, drafted, clean, drafts, accepted))
+    return controller, pairs
+
+
+def spread(values: Sequence[float]) -> float | None:
+    return round(statistics.stdev(values), 4) if len(values) > 1 else None
+
+
+def summary(pairs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per bucket and arm against its incumbent: pairs, counted ones, mean gain and spread,
+    and the spread of each side's time per step (the incumbent's two blocks, the explored)."""
+    found: dict[str, Any] = {}
+    for pair in pairs:
+        key = f"{pair['bucket']} k{pair['arm']} vs k{pair['incumbent']}"
+        cell = found.setdefault(key, {"pairs": 0, "counted": 0, "gains": [], "explored_time": [],
+                                      "incumbent_time": []})
+        cell["pairs"] += 1
+        cell["counted"] += pair["counted"]
+        if pair["gain"] is not None:
+            cell["gains"].append(pair["gain"])
+        before, explored, after = pair["blocks"]
+        cell["explored_time"].append(explored["time"] / max(explored["steps"], 1))
+        cell["incumbent_time"].append((before["time"] + after["time"])
+                                      / max(before["steps"] + after["steps"], 1))
+    for cell in found.values():
+        gains = cell.pop("gains")
+        cell["mean_gain"] = round(statistics.fmean(gains), 4) if gains else None
+        cell["gain_sd"] = spread(gains)
+        for side in ("explored_time", "incumbent_time"):
+            times = cell.pop(side)
+            mean = statistics.fmean(times)
+            cell[f"{side}_cv"] = round(statistics.stdev(times) / mean, 4) if len(
+                times) > 1 and mean > 0 else None
+    return found
+
+
+def replay_exact(controller: ScheduleController, cell: dict[str, Any]) -> bool:
+    """Whether the replay ends where the run did: the table after, and each other arm's
+    estimate (run_pairs' `estimates`, where the run reported them)."""
+    table = {bucket_label(key): state.incumbent for key, state in controller.buckets.items()}
+    if table != cell.get("table_after"):
+        return False
+    reported = cell.get("estimates") or {}
+    for label, arms in reported.items():
+        state = next(s for key, s in controller.buckets.items() if bucket_label(key) == label)
+        for name, found in arms.items():
+            if round(state.arms[int(name[1:])].gain, 4) != found["gain"]:
+                return False
+    return True
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks replay_pairs")
+    parser.add_argument("run", help="a run_pairs result (NAME.json; NAME.steps.json beside it)")
+    parser.add_argument("--out", help="write the pairs and the summary here (JSON)")
+    args = parser.parse_args(argv)
+    run = Path(args.run)
+    cells = json.loads(run.read_text())["cells"]
+    stepped = json.loads(run.with_name(run.stem + ".steps.json").read_text())["cells"]
+    report = []
+    for cell, steps in zip(cells, stepped, strict=True):
+        setup = steps.get("controller_steps")
+        if not setup:
+            continue
+        controller, pairs = replay(setup)
+        entry = {"workload": cell["workload"], "concurrency": cell["concurrency"],
+                 "arms": cell["arms"], "replay_exact": replay_exact(controller, cell),
+                 "summary": summary(pairs), "pairs": pairs}
+        report.append(entry)
+        print(json.dumps({k: v for k, v in entry.items() if k != "pairs"}, indent=1))
+    if args.out:
+        write_json(Path(args.out), {"meta": {"kind": "replay-pairs", "command": command(
+            "replay_pairs", list(argv or sys.argv[1:]))}, "cells": report}, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
