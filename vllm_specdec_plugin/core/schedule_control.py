@@ -276,8 +276,8 @@ class ScheduleController:
 
     def _switch(self, state: BucketState, arm: int, decided: bool = True) -> None:
         """`arm` becomes the incumbent; every arm's evidence restarts from zero, its pace
-        from what the evidence before said (`restart_after_switch`). A
-        decision of the bucket's own (`decided`) is carried to its undecided neighbours."""
+        from what the evidence before said (`restart_after_switch`). A decision of the
+        bucket's own (`decided`) is carried to its undecided neighbours."""
         old = state.incumbent
         restart_after_switch(state.arms, old, arm, self.params)
         state.incumbent = arm
