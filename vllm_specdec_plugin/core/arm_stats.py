@@ -154,6 +154,11 @@ class ArmEstimate:
         self.up = self.down = 0.0
         self.pairs = 0
         self.run = [0.0, 0.0, 0.0, 0.0]
+        self.forget_level()
+
+    def forget_level(self) -> None:
+        """Forget the level a change moved the arm to, or a switch carried over (`moved`,
+        with its `held` gap, `spread` and the pairs `since`)."""
         self.moved = None
         self.held, self.spread, self.since, self.carried = 0, math.inf, [0.0, 0.0], False
 
@@ -262,8 +267,7 @@ class ArmEstimate:
         if self.pairs < min_pairs:
             return 0
         if self.carried:  # its own pairs rule from here
-            self.moved, self.held, self.spread, self.since = None, 0, math.inf, [0.0, 0.0]
-            self.carried = False
+            self.forget_level()
         if self.gain - self.half_width(1.0 - alpha) > margin:
             return 1
         return -1 if self.gain + self.half_width(1.0 - back_off) < -margin else 0

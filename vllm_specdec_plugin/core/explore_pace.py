@@ -45,7 +45,7 @@ def pace(estimate: ArmEstimate, verdict: int, p: ControllerParams) -> int:
     if estimate.up > CUSUM_H / 2 and estimate.rising() > -p.margin:
         return p.explore_every
     loss = -estimate.level(p.min_pairs, p.pace_level)
-    costly = min(round(loss / p.explore_cost), p.explore_every_rarest)
+    costly = loss_gap(loss, p)
     # After a change was seen: soon while the change's level and the pairs since say it may
     # win; once they say it loses (a false alarm), never more often than before the change,
     # from the next look on (the pairs behind the gain still hold the wild one that showed
@@ -65,6 +65,13 @@ def pace(estimate: ArmEstimate, verdict: int, p: ControllerParams) -> int:
         # flip between its deep gap and a short one at each pair.
         gap = min(max(gap, estimate.gap // 2), max(estimate.gap * 2, p.explore_every))
     return max(gap, min(costly, estimate.gap * 2), held)
+
+
+def loss_gap(loss: float, p: ControllerParams) -> int:
+    """Incumbent blocks between two looks at an arm that loses a share `loss`, so that its
+    looks cost at most `explore_cost` of the bucket's throughput (up to
+    `explore_every_rarest`; at or below 0 where it may not lose)."""
+    return min(round(loss / p.explore_cost), p.explore_every_rarest)
 
 
 def restart_after_switch(arms: dict[int, ArmEstimate], old: int, new: int,
@@ -93,8 +100,7 @@ def restart_after_switch(arms: dict[int, ArmEstimate], old: int, new: int,
         level = (1.0 + high) / (1.0 + low) - 1.0 if low > -1.0 else math.inf
         if level < -p.margin:
             arm.moved, arm.spread, arm.carried = level, spread, True
-            arm.gap = arm.wait = arm.held = max(
-                min(round(-level / p.explore_cost), p.explore_every_rarest), p.explore_every)
+            arm.gap = arm.wait = arm.held = max(loss_gap(-level, p), p.explore_every)
 
 
 def hopeful(estimate: ArmEstimate, p: ControllerParams) -> bool:
