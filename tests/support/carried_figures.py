@@ -4,26 +4,20 @@ checks them against the page)."""
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from collections.abc import Callable
 from itertools import pairwise
 
 from support.counted_figures import COUNTED_C4
-from support.result_tables import RESULTS, result
-from support.run_figures import CONTROLLER_PAGE, cell_of
+from support.result_tables import result
+from support.run_figures import CONTROLLER_PAGE, aa_cell, cell_of
 from support.stepped_figures import aa, cell_entry, priced_share
 from vllm_specdec_plugin.core.arm_stats import t_quantile
 from vllm_specdec_plugin.core.schedule_params import CONTROLLER_DEFAULTS
 
 CARRIED_C4 = "controller-runs-steady-c4-carried"
 """input_grounded c=4 with afb6c65, and its A/A cell."""
-
-
-def aa_cell(name: str) -> dict:
-    """The run's A/A cell (the controller against itself)."""
-    return next(c for c in result(name)["cells"] if len(set(c["arms"])) == 1)
 
 
 def switch_step(cell: dict) -> str:
@@ -39,9 +33,8 @@ def after_switch(name: str) -> tuple[str, ...]:
     for cell in (aa_cell(name), cell_of(COUNTED_C4, "input_grounded", 4)):
         found += [f"{100 * cell['explore_share']['2-3']:.0f}",
                   *(str(cell["pairs"]["2-3"][k]) for k in ("k0", "k5"))]
-    mine, theirs = found[:3], found[3:]
     share = aa_cell(name)["priced"]["controller_priced_share_by_k"]["k2"]
-    return (*mine, *theirs, f"{100 * share:.0f}")
+    return (*found, f"{100 * share:.0f}")
 
 
 AGAIN_C4 = "controller-runs-steady-c4-carried-2"
@@ -74,7 +67,7 @@ def stuck_k2() -> tuple[str, ...]:
 def steps_2_3(name: str) -> tuple[str, str]:
     """2-3's steps run by the controller over warm-up and run: the A/A cell's, the
     controller cell's (the run's steps file)."""
-    steps = json.loads((RESULTS / f"{name}.steps.json").read_text())["cells"]
+    steps = result(f"{name}.steps")["cells"]
     counts = []
     for cell in reversed(steps):  # the A/A cell is the run's last
         counts.append(str(sum(1 for part in ("warmup_steps", "steps") for run in cell[part]
@@ -83,19 +76,18 @@ def steps_2_3(name: str) -> tuple[str, str]:
     return counts[0], counts[1]
 
 
-def controller_runs(name: str, part: str = "steps") -> list[list[list[float]]]:
-    """The controller cell's controller runs from the run's steps file (`part`: "steps", the
-    measured ones, or "warmup_steps"), each a list of `[rows, drafted, prefill, seconds,
-    k]`."""
-    cell = json.loads((RESULTS / f"{name}.steps.json").read_text())["cells"][0]
-    return [run["steps"] for group in cell[part] for arm, run in group.items()
+def controller_runs(name: str) -> list[list[list[float]]]:
+    """The controller cell's measured controller runs from the run's steps file, each a list
+    of `[rows, drafted, prefill, seconds, k]`."""
+    cell = result(f"{name}.steps")["cells"][0]
+    return [run["steps"] for group in cell["steps"] for arm, run in group.items()
             if arm.startswith("controller")]
 
 
 def steady_steps(name: str) -> str:
     """The largest coefficient of variation of step time (%) over the controller cell's
     groups of 30 or more prefill-free steps of one arm, batch size (2-4) and drafted count."""
-    cell = json.loads((RESULTS / f"{name}.steps.json").read_text())["cells"][0]
+    cell = result(f"{name}.steps")["cells"][0]
     groups: dict[tuple[str, int, int], list[float]] = {}
     for group in cell["steps"]:
         for arm, run in group.items():
@@ -168,4 +160,11 @@ CARRIED_CLAIMS: list[tuple[str, str, Callable[[], tuple[str, ...]]]] = [
               f"{100 * aa_cell(AGAIN_C4)['explore_share']['2-3']:.0f}")),
     (CONTROLLER_PAGE, r"2-3 saw (\d+) steps of the A/A's controller and (\d+) of the controller "
      r"cell's", lambda: steps_2_3(AGAIN_C4)),
+    (CONTROLLER_PAGE, r"varies by at most ([\d.]+)% \(coefficient of variation", lambda: (
+        steady_steps(AGAIN_C4),)),
+    (CONTROLLER_PAGE, r"bucket 1-1's pairs of k=2 and k=5 spread about ([\d.]+), as on the "
+     r"synthetic engine", lambda: (spread_of(aa_cell(AGAIN_C4), "1-1", "k2"),)),
+    (CONTROLLER_PAGE, r"in visits of a median ([\d.]+) steps \(the controller cell's measured "
+     r"runs\), and in (\d+) of its (\d+) visits the batch fell from 3 to 2",
+     lambda: visit_figures(AGAIN_C4)),
 ]

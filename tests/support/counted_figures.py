@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from support import run_figures
 from support.held_figures import HELD_C1, HELD_C4, percent_range
-from support.result_tables import RUN_PAIRS_MARGIN, result
+from support.result_tables import RUN_PAIRS_MARGIN
 from support.run_figures import CONTROLLER_PAGE, cell_of
 from support.stepped_figures import aa, cell_entry, met, priced_share
 
@@ -19,7 +20,7 @@ COUNTED_C4 = "controller-runs-steady-c4-counted"
 def c4_cell(aa_cell: bool = False) -> dict:
     """The run's controller cell, or its A/A cell (the controller against itself)."""
     if aa_cell:
-        return next(c for c in result(COUNTED_C4)["cells"] if len(set(c["arms"])) == 1)
+        return run_figures.aa_cell(COUNTED_C4)
     return cell_of(COUNTED_C4, "input_grounded", 4)
 
 

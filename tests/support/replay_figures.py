@@ -4,14 +4,13 @@ checks them against the page); the bucket's shape from a fresh replay of the rec
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Callable
 
 from benchmarks.probes.replay_pairs import replay
-from support.carried_figures import AGAIN_C4, CARRIED_C4, aa_cell, switch_step
-from support.result_tables import RESULTS, result
-from support.run_figures import CONTROLLER_PAGE, cell_of
+from support.carried_figures import AGAIN_C4, CARRIED_C4, switch_step
+from support.result_tables import result
+from support.run_figures import CONTROLLER_PAGE, aa_cell, cell_of
 from support.stepped_figures import aa, cell_entry
 
 THIRD_C4 = "controller-runs-steady-c4-carried-3"
@@ -36,14 +35,14 @@ def exact() -> tuple[str, str]:
 
 def flat_shapes() -> tuple[str, ...]:
     """Bucket 2-3's shape slope at the end of a fresh replay of each cell (both: "c1 = 0")."""
-    steps = json.loads((RESULTS / f"{THIRD_C4}.steps.json").read_text())["cells"]
+    steps = result(f"{THIRD_C4}.steps")["cells"]
     slopes = {replay(cell["controller_steps"])[0].buckets[2].shape.c1 for cell in steps}
     return (f"{slopes.pop():g}",) if len(slopes) == 1 else ("differ",)
 
 
 def plain_steps() -> tuple[str, str, str]:
     """The fixed k=0 arm's median plain step at batch 3 over batch 2, and each in ms."""
-    cell = json.loads((RESULTS / f"{THIRD_C4}.steps.json").read_text())["cells"][0]
+    cell = result(f"{THIRD_C4}.steps")["cells"][0]
     seconds: dict[int, list[float]] = {2: [], 3: []}
     for group in cell["steps"]:
         for rows, drafted, prefill, step, _ in group["k0"]["steps"]:

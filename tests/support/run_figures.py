@@ -25,6 +25,11 @@ def best_k_range(name: str) -> tuple[str, str]:
     return f"{min(best):.3f}", f"{max(best):.3f}"
 
 
+def aa_cell(name: str) -> dict:
+    """The run's A/A cell: one arm twice (`--aa`; the controller's too)."""
+    return next(c for c in result(name)["cells"] if len(set(c["arms"])) == 1)
+
+
 def aa_entry(name: str) -> dict:
     """The run's A/A cell's entry (one arm against itself)."""
     cell = next(c for c in result(name)["cells"] if not is_controller_cell(c))

@@ -9,7 +9,7 @@ import math
 from collections.abc import Callable
 
 from support.result_tables import RUN_PAIRS_MARGIN, result
-from support.run_figures import CONTROLLER_PAGE, aa_entry, cell_of, controller_cells
+from support.run_figures import CONTROLLER_PAGE, aa_cell, aa_entry, cell_of, controller_cells
 
 STEPPED_C1 = "controller-runs-steady-c1-stepped"
 STEPPED_C4 = "controller-runs-steady-c4-stepped"
@@ -37,7 +37,7 @@ def met(names: tuple[str, ...], priced: bool) -> tuple[str, str]:
 
 def aa(name: str) -> tuple[str, str]:
     """The A/A (the controller against itself): timed, priced."""
-    cell = next(c for c in result(name)["cells"] if len(set(c["arms"])) == 1)
+    cell = aa_cell(name)
     return shown(aa_entry(name)), shown(next(iter(cell["priced"]["against_last"].values())))
 
 
