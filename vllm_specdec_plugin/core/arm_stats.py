@@ -8,9 +8,6 @@ reliability-weighted unbiased variance sum(w (x - mean)^2) / (sum w - sum w^2 / 
 by what the arms' token yields imply (`block_var`). A one-sided bound is
 mean -+ t(1 - alpha, n_eff - 1) * sd / sqrt(n_eff) (Student's t: at a few pairs the sd is itself a
 guess). A two-sided CUSUM over the pairs notices a change of traffic (`ArmEstimate.watch`).
-
-And per bucket, `BatchShape`: how an incumbent step's time grows with the batch inside the
-bucket, so that blocks at different batch sizes compare.
 """
 
 from __future__ import annotations
@@ -31,8 +28,6 @@ LOG_HALF_MAX = 20.0
 """The widest log-scale half-width `relative_gain` reports as an interval: a gain's mean near or
 below -1 (a noisy arm that read as making almost nothing against the reference) has no log
 scale; its interval is (0, inf)."""
-FIT_DECAY = 0.95
-"""Per incumbent block, the weight of `BatchShape`'s older blocks."""
 
 
 def t_quantile(p: float, df: float) -> float:
@@ -289,41 +284,6 @@ class ArmEstimate:
         total, steps, rows, _ = self.yields
         accepted = (total / steps - 1.0) / k if steps > 0.0 and k > 0 else 0.0
         return block_var(accepted, rows, k, row_steps)
-
-
-class BatchShape:
-    """How an incumbent step's time grows with the batch inside one bucket: a + b * batch,
-    fitted by decayed least squares over incumbent blocks (mean batch, mean step seconds),
-    kept as (c0, c1) with c0 + c1 * batch the time relative to one at the bucket's smallest
-    batch. Refitted only where the blocks' batches spread by a row or more; a slope below 0
-    reads as flat, an intercept below 0 as proportional."""
-
-    __slots__ = ("c0", "c1", "sums", "smallest")
-
-    def __init__(self, smallest: int) -> None:
-        self.c0, self.c1 = 1.0, 0.0
-        self.sums = [0.0] * 5
-        self.smallest = smallest
-
-    def add(self, rows: float, seconds: float) -> None:
-        sums = self.sums
-        for i, value in enumerate((1.0, rows, rows * rows, seconds, rows * seconds)):
-            sums[i] = sums[i] * FIT_DECAY + value
-        w, sb, sbb, ss, sbs = sums
-        var = sbb / w - (sb / w) ** 2
-        if var < 1.0:
-            return
-        slope = max((sbs / w - sb * ss / (w * w)) / var, 0.0)
-        base = ss / w - slope * sb / w
-        if base < 0.0:
-            base, slope = 0.0, ss / sb
-        at_smallest = base + slope * self.smallest
-        if at_smallest > 0.0:
-            self.c0, self.c1 = base / at_smallest, slope / at_smallest
-
-    def restart(self) -> None:
-        """Forget the blocks (a new incumbent steps at another cost), keeping the shape."""
-        self.sums = [0.0] * 5
 
 
 def relative_gain(arms: dict[int, ArmEstimate], incumbent: int, k: int

@@ -17,7 +17,8 @@ incumbent's yield moved its way). A switch also moves the buckets with no decisi
 own, in batch order (`_carried`).
 
 A block's rate: yield per row (tokens / batch, summed over steps) over time in incumbent-step
-equivalents (seconds over `BatchShape`, the incumbent's step time at that batch, fitted online).
+equivalents (seconds over `BatchShape`, a plain step's time at that batch against one at the
+bucket's smallest, fitted online from every arm's steps, the drafted tokens a regressor).
 Blocks are of equal time (`block_steps` incumbent steps' worth), so a slow-stepping k is not
 given more of the text than the k it is compared with. A stalled step is left out. Two
 drafting k, with vLLM's accepted counts: both priced on one text, the smaller k's yield
@@ -41,7 +42,8 @@ from __future__ import annotations
 import math
 from collections.abc import Container, Sequence
 
-from vllm_specdec_plugin.core.arm_stats import ArmEstimate, BatchShape, relative_gain
+from vllm_specdec_plugin.core.arm_stats import ArmEstimate, relative_gain
+from vllm_specdec_plugin.core.batch_shape import BatchShape
 from vllm_specdec_plugin.core.explore_pace import early_look, pace, restart_after_switch
 from vllm_specdec_plugin.core.pair_price import Measure, counted_times, draft_time, pair_gain
 from vllm_specdec_plugin.core.schedule_params import CONTROLLER_DEFAULTS, ControllerParams
@@ -156,8 +158,7 @@ class ScheduleController:
             block.tail += 1
         if not settled or seconds <= 0.0:
             return None
-        shape = state.shape
-        time = seconds / (shape.c0 + shape.c1 * batch)
+        time = seconds / state.shape.factor(batch)
         low = block.low
         if time < low:
             block.low = time
@@ -167,14 +168,8 @@ class ScheduleController:
                 # A stall says nothing about k: the step is left out, yield and time alike.
                 block.stalled += 1
                 return None
-        block.steps += 1
-        block.yields += tokens / batch
-        block.time += time
-        block.rows += batch
-        block.seconds += seconds
-        block.drafted += drafted
+        block.add(batch, time, seconds, tokens, drafted)
         if k:
-            block.drafting += drafted / (k * batch)
             block.count(batch, drafts, accepted)
         if ahead:  # a write that did not land (the lookup rewritten meanwhile): once more
             return None if block.tail <= MAX_TAIL else (state.key, block.next)
@@ -213,19 +208,19 @@ class ScheduleController:
         state.steps += n
         # The shared cost model learns from the block's mean step (once a block, not a step).
         self.costs.observe(round(block.rows / n), round(block.drafted / n), block.seconds / n)
+        state.shape.add((n, block.rows, block.drafted, block.seconds, *block.moments))
         estimate.count_block(block.yields, n, block.rows, block.time)
         batch, first = block.rows / n, self.params.text_share_from_batch
         priced = block.arm and first and bucket_bounds(state.key)[0] >= first  # else as it ran
         price = draft_time(block.arm, batch, block.drafting / n, self.costs.extra(round(batch))
                            if priced or block.counted[0] else None,  # asked, it may refit
-                           state.shape.c0 + state.shape.c1 * batch)
+                           state.shape.factor(batch))
         measure = Measure(block.yields, block.time, float(block.rows), n, block.drafting,
                           price if priced else 0.0, block.counts(price))
         if block.arm == state.incumbent:
             time = block.time / n
             state.step_time = time if state.step_time <= 0.0 else (
                 state.step_time + 0.2 * (time - state.step_time))
-            state.shape.add(block.rows / n, block.seconds / n)
             if block.arm:
                 self._watch_yield(state, block.yields / n, estimate.floor(block.arm, block.rows))
             if state.pending is not None:
@@ -283,7 +278,6 @@ class ScheduleController:
         state.incumbent = arm
         state.last_incumbent = state.pending = None
         state.step_time = 0.0
-        state.shape.restart()
         state.level.restart()
         state.text_time.clear()
         state.zero_armed = False

@@ -7,7 +7,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from vllm_specdec_plugin.core.arm_stats import ArmEstimate, BatchShape
+from vllm_specdec_plugin.core.arm_stats import ArmEstimate
+from vllm_specdec_plugin.core.batch_shape import BatchShape
 from vllm_specdec_plugin.core.explore_pace import YieldLevel
 from vllm_specdec_plugin.core.pair_price import Counts, Measure, shorter_steps
 
@@ -51,7 +52,8 @@ class Block:
     steps seen since (`tail`). Slots: it is updated on every step."""
 
     __slots__ = ("arm", "steps", "yields", "time", "rows", "seconds", "drafted", "drafting",
-                 "low", "stalled", "target", "cap", "next", "tail", "shorter", "counted")
+                 "low", "stalled", "target", "cap", "next", "tail", "shorter", "counted",
+                 "moments")
 
     def __init__(self, arm: int, low: float, target: float, cap: int,
                  shorter: Iterable[int] | None = None) -> None:
@@ -65,6 +67,27 @@ class Block:
         steps counted (those with vLLM's counts: `counted`, with their drafting rows and the
         tokens those emitted, per row)."""
         self.counted = [0.0, 0.0, 0.0]
+        self.moments = [0.0] * 5
+        """Sums over the settled steps of batch^2, batch * drafted, drafted^2, batch *
+        seconds and drafted * seconds: what `BatchShape` fits from, with `steps`, `rows`,
+        `drafted` and `seconds`."""
+
+    def add(self, batch: int, time: float, seconds: float, tokens: int, drafted: int) -> None:
+        """A settled step's sums (`time` in incumbent-step equivalents)."""
+        self.steps += 1
+        self.yields += tokens / batch
+        self.time += time
+        self.rows += batch
+        self.seconds += seconds
+        self.drafted += drafted
+        if self.arm:
+            self.drafting += drafted / (self.arm * batch)
+        moments = self.moments
+        moments[0] += batch * batch
+        moments[1] += batch * drafted
+        moments[2] += drafted * drafted
+        moments[3] += batch * seconds
+        moments[4] += drafted * seconds
 
     def count(self, batch: int, drafts: int, accepted: Sequence[int]) -> None:
         """A settled step's drafting rows as each smaller k would have emitted their tokens.
