@@ -31,6 +31,7 @@ from support.run_figures import (
     run_pairs_met,
     step_trace,
 )
+from support.shape_figures import SHAPE_CLAIMS
 from support.stepped_figures import STEPPED_CLAIMS
 from support.visit_figures import VISIT_CLAIMS
 
@@ -284,4 +285,5 @@ CLAIMS += [Claim(*claim) for claim in (*RUN_CLAIMS, *COST_CLAIMS, *VISIT_CLAIMS,
                                         *NOISE_CLAIMS, *CARRY_CLAIMS, *PRICED_CLAIMS,
                                         *GAIN_CLAIMS, *STEPPED_CLAIMS, *PACED_CLAIMS,
                                         *HELD_CLAIMS, *COUNTED_CLAIMS,
-                                        *CARRIED_CLAIMS, *REPLAY_CLAIMS)]
+                                        *CARRIED_CLAIMS, *REPLAY_CLAIMS,
+                                        *SHAPE_CLAIMS)]

