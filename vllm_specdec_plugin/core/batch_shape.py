@@ -19,9 +19,8 @@ refitted only once the batch, apart from what the drafted tokens explain of it, 
 `MIN_SPREAD` row^2 over the steps (its slope's standard error is then at most half a step's
 noise a row; a fit that waited for 16 row^2 left more pairs read on a flat shape, and spread
 them more: tests/unit/core/test_batch_shape.py): a bucket of one batch size (1-1) stays flat,
-one of two (2-3) fits within a few blocks. The fit
-before (block means, refitted only where those spread by a row^2) never fitted 2-3, whose
-block means spread by 0.25 row^2 at most.
+one of two (2-3) fits within a few blocks. The fit before (block means, refitted only where
+those spread by a row^2) never fitted 2-3, whose block means spread by 0.25 row^2 at most.
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ class Measure(NamedTuple):
     yields: float
     """Tokens / batch."""
     time: float
-    """Step time in incumbent-step equivalents (`BatchShape`)."""
+    """Step time in steps at the bucket's smallest batch (seconds over `BatchShape`)."""
     rows: float
     """Row-steps."""
     steps: int = 0

@@ -16,9 +16,9 @@ restarts at a switch, one arm's when its CUSUM says the traffic changed (k=0's a
 incumbent's yield moved its way). A switch also moves the buckets with no decision of their
 own, in batch order (`_carried`).
 
-A block's rate: yield per row (tokens / batch, summed over steps) over time in incumbent-step
-equivalents (seconds over `BatchShape`, a plain step's time at that batch against one at the
-bucket's smallest, fitted online from every arm's steps, the drafted tokens a regressor).
+A block's rate: yield per row (tokens / batch, summed over steps) over time in steps at the
+bucket's smallest batch (seconds over `BatchShape`, a plain step's time at that batch against
+one at the smallest, fitted online from every arm's steps, the drafted tokens a regressor).
 Blocks are of equal time (`block_steps` incumbent steps' worth), so a slow-stepping k is not
 given more of the text than the k it is compared with. A stalled step is left out. Two
 drafting k, with vLLM's accepted counts: both priced on one text, the smaller k's yield

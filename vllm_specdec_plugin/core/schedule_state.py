@@ -73,7 +73,7 @@ class Block:
         `drafted` and `seconds`."""
 
     def add(self, batch: int, time: float, seconds: float, tokens: int, drafted: int) -> None:
-        """A settled step's sums (`time` in incumbent-step equivalents)."""
+        """A settled step's sums (`time`: seconds over `BatchShape.factor`)."""
         self.steps += 1
         self.yields += tokens / batch
         self.time += time
@@ -127,7 +127,7 @@ class BucketState:
     """An exploration block waiting for its next neighbour: (k, it, the neighbour before);
     kept when a visit ends (the next visit's first incumbent block is the neighbour)."""
     step_time: float = 0.0
-    """The incumbent's mean step time in incumbent-step equivalents (0: not measured yet)."""
+    """The incumbent's mean step time, as `Block.time` (0: not measured yet)."""
     last_seen: int = 0
     switches: int = 0
     steps: int = 0
