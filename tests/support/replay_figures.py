@@ -53,12 +53,12 @@ def plain_steps() -> tuple[str, str, str]:
     return f"{three / two:.2f}", f"{1000 * three:.1f}", f"{1000 * two:.1f}"
 
 
-def batch_leans() -> tuple[str, str]:
-    """Over 2-3's counted pairs of k=2 against k=5, the correlation of the incumbent blocks'
-    mean batch less the explored block's with the pair's gain: the controller cell's, the A/A
-    cell's."""
+def batch_leans(name: str = REPLAY) -> tuple[str, str]:
+    """Over 2-3's counted pairs of k=2 against k=5 in replay `name`, the correlation of the
+    incumbent blocks' mean batch less the explored block's with the pair's gain: the
+    controller cell's, the A/A cell's."""
     found = []
-    for cell in sorted(result(REPLAY)["cells"], key=lambda c: len(set(c["arms"])) == 1):
+    for cell in sorted(result(name)["cells"], key=lambda c: len(set(c["arms"])) == 1):
         lean, gains = [], []
         for pair in cell["pairs"]:
             if pair["bucket"] == "2-3" and pair["counted"] and pair["arm"] == 2:

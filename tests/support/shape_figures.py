@@ -4,12 +4,12 @@ run's cells, its recorded steps replayed afresh, and the replay probe's file."""
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable
 from typing import Any
 
 from benchmarks.probes.replay_pairs import replay
 from support.carried_figures import switch_step
+from support.replay_figures import batch_leans
 from support.result_tables import result
 from support.run_figures import CONTROLLER_PAGE, aa_cell, cell_of
 from support.stepped_figures import aa, cell_entry
@@ -51,21 +51,6 @@ def exactness(name: str = SHAPE_REPLAY) -> tuple[str, str]:
 
 def counted_k2(cell: dict) -> list[dict]:
     return [p for p in cell["pairs"] if p["bucket"] == "2-3" and p["counted"] and p["arm"] == 2]
-
-
-def leans() -> tuple[str, str]:
-    """Over 2-3's counted pairs of k=2 against k=5, the correlation of the incumbent blocks'
-    mean batch less the explored block's with the gain: each cell's."""
-    found = []
-    for cell in by_kind(result(SHAPE_REPLAY)["cells"]):
-        lean, gains = [], []
-        for pair in counted_k2(cell):
-            before, explored, after = pair["blocks"]
-            lean.append((before["rows"] + after["rows"]) / (before["steps"] + after["steps"])
-                        - explored["rows"] / explored["steps"])
-            gains.append(pair["gain"])
-        found.append(f"{statistics.correlation(lean, gains):.2f}")
-    return found[0], found[1]
 
 
 def spreads(name: str = SHAPE_REPLAY, labels: tuple[str, ...] = ("2-3", "1-1")
@@ -166,7 +151,8 @@ SHAPE_CLAIMS: list[tuple[str, str, Callable[[], tuple[str, ...]]]] = [
     (CONTROLLER_PAGE, r"The controller cell's replay (now ends exactly) where the run did; the "
      r"A/A's (ends one) in the fourth decimal", exactness),
     (CONTROLLER_PAGE, r"correlates with the gain at ([\d.]+) in the controller cell and ([\d.]+) "
-     r"in the A/A \(0\.77 and 0\.80 with the fit before\)", leans),
+     r"in the A/A \(0\.77 and 0\.80 with the fit before\)",
+     lambda: batch_leans(SHAPE_REPLAY)),
     (CONTROLLER_PAGE, r"still spreads ([\d.]+) and ([\d.]+) there, as much as 1-1's pairs of the "
      r"same two k \(([\d.]+) and ([\d.]+)\)", spreads),
     (CONTROLLER_PAGE, r"\(blocks of (\d+) to (\d+) steps\)", block_steps),
