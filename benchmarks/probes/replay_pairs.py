@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import statistics
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,10 +48,28 @@ def block_of(measure: Measure) -> dict[str, Any]:
     return found
 
 
+def fresh(setup: dict[str, Any]) -> ScheduleController:
+    """A controller as the run's runtime made it: its prior, k set and graph ceiling."""
+    return ScheduleController(setup["prior"], setup["k_set"],
+                              max_graph_tokens=setup["max_graph_tokens"])
+
+
+def feed(controller: ScheduleController, steps: Sequence[Any]) -> Iterator[Step]:
+    """Hand `controller` the recorded steps in order (a count of other arms' steps as that
+    many `interrupt`s), yielding each `Step` once it has been observed."""
+    for step in steps:
+        if isinstance(step, int):  # other arms' steps in a row (`Switchback`)
+            for _ in range(step):
+                controller.interrupt()
+            continue
+        found = Step(*step)
+        controller.observe(found)
+        yield found
+
+
 def replay(setup: dict[str, Any]) -> tuple[ScheduleController, list[dict[str, Any]]]:
     """A fresh controller fed the recorded steps; every pair it read, in order."""
-    controller = ScheduleController(setup["prior"], setup["k_set"],
-                                    max_graph_tokens=setup["max_graph_tokens"])
+    controller = fresh(setup)
     pairs: list[dict[str, Any]] = []
     paired = controller._paired
 
@@ -80,13 +98,8 @@ def replay(setup: dict[str, Any]) -> tuple[ScheduleController, list[dict[str, An
                       "blocks": [block_of(b) for b in (before, explored, after)]})
 
     controller._paired = spied  # type: ignore[method-assign]
-    for step in setup["steps"]:
-        if isinstance(step, int):  # other arms' steps in a row (`Switchback`)
-            for _ in range(step):
-                controller.interrupt()
-            continue
-        batch, k, seconds, tokens, drafted, clean, drafts, accepted = step
-        controller.observe(Step(batch, k, seconds, tokens, drafted, clean, drafts, accepted))
+    for _ in feed(controller, setup["steps"]):
+        pass
     return controller, pairs
 
 
@@ -122,19 +135,25 @@ def summary(pairs: list[dict[str, Any]]) -> dict[str, Any]:
     return found
 
 
+def estimate_misses(controller: ScheduleController, cell: dict[str, Any]
+                    ) -> list[tuple[str, str, float, float]]:
+    """(bucket, arm, the run's gain, the replay's) for each other arm's estimate the replay
+    ends elsewhere on (run_pairs' `estimates`, where the run reported them; to 4 decimals)."""
+    buckets = {bucket_label(key): state for key, state in controller.buckets.items()}
+    misses = []
+    for label, arms in (cell.get("estimates") or {}).items():
+        for name, found in arms.items():
+            gain = round(buckets[label].arms[int(name[1:])].gain, 4)
+            if gain != found["gain"]:
+                misses.append((label, name, found["gain"], gain))
+    return misses
+
+
 def replay_exact(controller: ScheduleController, cell: dict[str, Any]) -> bool:
     """Whether the replay ends where the run did: the table after, and each other arm's
-    estimate (run_pairs' `estimates`, where the run reported them)."""
+    estimate (`estimate_misses`)."""
     table = {bucket_label(key): state.incumbent for key, state in controller.buckets.items()}
-    if table != cell.get("table_after"):
-        return False
-    reported = cell.get("estimates") or {}
-    for label, arms in reported.items():
-        state = next(s for key, s in controller.buckets.items() if bucket_label(key) == label)
-        for name, found in arms.items():
-            if round(state.arms[int(name[1:])].gain, 4) != found["gain"]:
-                return False
-    return True
+    return table == cell.get("table_after") and not estimate_misses(controller, cell)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

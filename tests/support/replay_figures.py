@@ -6,16 +6,31 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
+from functools import cache
 
 from benchmarks.probes.replay_pairs import replay
 from support.carried_figures import AGAIN_C4, CARRIED_C4, switch_step
 from support.result_tables import result
 from support.run_figures import CONTROLLER_PAGE, aa_cell, cell_of
 from support.stepped_figures import aa, cell_entry
+from vllm_specdec_plugin.core.schedule_control import ScheduleController
 
 THIRD_C4 = "controller-runs-steady-c4-carried-3"
 """input_grounded c=4 a third time, the controller's steps recorded (752b961)."""
 REPLAY = f"{THIRD_C4}-replay"
+
+
+def by_kind(cells: list[dict]) -> list[dict]:
+    """A run's (or its replay's) cells: the controller cell first, then the A/A."""
+    return sorted(cells, key=lambda c: len(set(c["arms"])) == 1)
+
+
+@cache
+def replayed(name: str) -> tuple[ScheduleController, ...]:
+    """A fresh controller fed each cell's recorded steps (`NAME.steps`), with today's code:
+    the controller cell's, the A/A's."""
+    return tuple(replay(cell["controller_steps"])[0]
+                 for cell in by_kind(result(f"{name}.steps")["cells"]))
 
 
 def stuck() -> tuple[str, str]:
@@ -25,19 +40,24 @@ def stuck() -> tuple[str, str]:
     return f"{100 * found['gain']:.1f}", f"{100 * found['low']:.1f}"
 
 
+def exacts(name: str) -> tuple[bool, bool]:
+    """Whether each replay (of replay file `name`) ended where its run did: the controller
+    cell's, the A/A's."""
+    controller, aa_replay = by_kind(result(name)["cells"])
+    return controller["replay_exact"], aa_replay["replay_exact"]
+
+
 def exact() -> tuple[str, str]:
-    """Whether each replay ended where its run did: the A/A cell's, the controller cell's."""
-    cells = result(REPLAY)["cells"]
-    by_kind = {len(set(c["arms"])) == 1: c["replay_exact"] for c in cells}
-    return ("ends exactly" if by_kind[True] else "does not end",
-            "does not" if not by_kind[False] else "does too")
+    """The A/A cell's replay, the controller cell's, in words."""
+    controller, aa_replay = exacts(REPLAY)
+    return ("ends exactly" if aa_replay else "does not end",
+            "does not" if not controller else "does too")
 
 
-def fitted_shapes() -> tuple[str, str]:
+def fitted_shapes(name: str = THIRD_C4) -> tuple[str, str]:
     """Bucket 2-3's fitted batch-3 step over its batch-2 step at the end of a fresh replay of
     each cell with today's fit (`core/batch_shape.py`): the controller cell's, the A/A's."""
-    cells = sorted(result(f"{THIRD_C4}.steps")["cells"], key=lambda c: len(set(c["arms"])) == 1)
-    shapes = (replay(cell["controller_steps"])[0].buckets[2].shape for cell in cells)
+    shapes = [controller.buckets[2].shape for controller in replayed(name)]
     return tuple(f"{s.factor(3) / s.factor(2):.2f}" for s in shapes)  # type: ignore[return-value]
 
 
@@ -58,7 +78,7 @@ def batch_leans(name: str = REPLAY) -> tuple[str, str]:
     incumbent blocks' mean batch less the explored block's with the pair's gain: the
     controller cell's, the A/A cell's."""
     found = []
-    for cell in sorted(result(name)["cells"], key=lambda c: len(set(c["arms"])) == 1):
+    for cell in by_kind(result(name)["cells"]):
         lean, gains = [], []
         for pair in cell["pairs"]:
             if pair["bucket"] == "2-3" and pair["counted"] and pair["arm"] == 2:

@@ -5,16 +5,13 @@ run's cells, its recorded steps replayed afresh, and the replay probe's file."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
-from benchmarks.probes.replay_pairs import replay
+from benchmarks.probes.replay_pairs import estimate_misses, feed, fresh
 from support.carried_figures import switch_step
-from support.replay_figures import batch_leans
+from support.replay_figures import batch_leans, by_kind, exacts, fitted_shapes, replayed
 from support.result_tables import result
 from support.run_figures import CONTROLLER_PAGE, aa_cell, cell_of
 from support.stepped_figures import aa, cell_entry
-from vllm_specdec_plugin.core.schedule_control import ScheduleController
-from vllm_specdec_plugin.core.schedule_state import Step
 from vllm_specdec_plugin.core.step_cost import bucket_label
 
 SHAPE_C4 = "controller-runs-steady-c4-shape"
@@ -25,28 +22,11 @@ WARM_C4 = f"{SHAPE_C4}-warm"
 WARM_REPLAY = f"{WARM_C4}-replay"
 
 
-def by_kind(cells: list[dict]) -> list[dict]:
-    """The controller cell first, then the A/A."""
-    return sorted(cells, key=lambda c: len(set(c["arms"])) == 1)
-
-
-def replays() -> list[Any]:
-    """A fresh controller fed each cell's recorded steps: the controller cell's, the A/A's."""
-    return [replay(cell["controller_steps"])[0]
-            for cell in by_kind(result(f"{SHAPE_C4}.steps")["cells"])]
-
-
-def shape_ratios() -> tuple[str, str]:
-    """2-3's fitted batch-3 step over its batch-2 step at the end of each replay."""
-    shapes = [c.buckets[2].shape for c in replays()]
-    return tuple(f"{s.factor(3) / s.factor(2):.2f}" for s in shapes)  # type: ignore[return-value]
-
-
-def exactness(name: str = SHAPE_REPLAY) -> tuple[str, str]:
-    """Whether each replay ended where its run did: the controller cell's, the A/A's."""
-    cells = by_kind(result(name)["cells"])
-    return ("now ends exactly" if cells[0]["replay_exact"] else "does not end",
-            "ends one" if not cells[1]["replay_exact"] else "ends exactly too")
+def shape_exactness() -> tuple[str, str]:
+    """Whether each replay of the 120 s run ended where its run did, in words."""
+    controller, aa_replay = exacts(SHAPE_REPLAY)
+    return ("now ends exactly" if controller else "does not end",
+            "ends exactly too" if aa_replay else "ends one")
 
 
 def counted_k2(cell: dict) -> list[dict]:
@@ -74,57 +54,42 @@ def stuck() -> tuple[str, str, str]:
     return f"{100 * found['gain']:.1f}", f"{100 * found['low']:.1f}", f"{found['n_eff']:.1f}"
 
 
-def seconds_of(steps: list) -> list[float]:
-    return [step[2] for step in steps if not isinstance(step, int)]
-
-
 def switch_seconds() -> tuple[str, str]:
     """Seconds of the A/A controller's steps until 2-3's switch; of the controller cell's in
     all."""
     cells = by_kind(result(f"{SHAPE_C4}.steps")["cells"])
     setup = cells[1]["controller_steps"]
-    controller = ScheduleController(setup["prior"], setup["k_set"],
-                                    max_graph_tokens=setup["max_graph_tokens"])
-    seen = 0.0
-    for step in setup["steps"]:
-        if isinstance(step, int):
-            for _ in range(step):
-                controller.interrupt()
-            continue
-        seen += step[2]
-        controller.observe(Step(*step))
-        if controller.buckets.get(2) is not None and controller.buckets[2].switches:
+    controller, seen = fresh(setup), 0.0
+    for step in feed(controller, setup["steps"]):
+        seen += step.seconds
+        state = controller.buckets.get(2)
+        if state is not None and state.switches:
             break
-    return f"{seen:.0f}", f"{sum(seconds_of(cells[0]['controller_steps']['steps'])):.0f}"
+    total = sum(step[2] for step in cells[0]["controller_steps"]["steps"]
+                if not isinstance(step, int))
+    return f"{seen:.0f}", f"{total:.0f}"
 
 
 def drafted_token_prices() -> tuple[str, str]:
     """At 2-3, the controller cell's cost model's price of a drafted token and the shape
     fit's (the drafted tokens' coefficient), in ms."""
-    controller = replays()[0]
-    n, sb, sd, ss, sbb, sbd, sdd, sbs, sds = controller.buckets[2].shape.sums
-    bb, bd, dd = sbb - sb * sb / n, sbd - sb * sd / n, sdd - sd * sd / n
-    bs, ds = sbs - sb * ss / n, sds - sd * ss / n
-    per_draft = (bb * ds - bd * bs) / (bb * dd - bd * bd)
-    extra = controller.costs.extra(2)
-    assert extra is not None
-    return f"{1000 * extra[1]:.1f}", f"{1000 * per_draft:.1f}"
+    controller = replayed(SHAPE_C4)[0]
+    fitted, extra = controller.buckets[2].shape.coefficients(), controller.costs.extra(2)
+    assert fitted is not None and extra is not None
+    return f"{1000 * extra[1]:.1f}", f"{1000 * fitted[2]:.1f}"
 
 
 def aa_misses(name: str) -> tuple[str, str]:
     """The A/A cell's estimates its fresh replay misses: how many (in words), in which bucket,
     each off by at most 2 in the fourth decimal, where the run's table is met."""
+    controller = replayed(name)[1]
     cell = aa_cell(name)
-    steps = next(c for c in result(f"{name}.steps")["cells"] if len(set(c["arms"])) == 1)
-    controller = replay(steps["controller_steps"])[0]
-    buckets = {bucket_label(key): state for key, state in controller.buckets.items()}
-    assert {label: state.incumbent for label, state in buckets.items()} == cell["table_after"]
-    off = [(label, abs(round(buckets[label].arms[int(arm[1:])].gain, 4) - found["gain"]))
-           for label, arms in cell["estimates"].items() for arm, found in arms.items()]
-    missed = [(label, d) for label, d in off if d > 0.0]
-    assert all(d < 0.00025 for _, d in missed)
+    table = {bucket_label(key): state.incumbent for key, state in controller.buckets.items()}
+    assert table == cell["table_after"]
+    missed = estimate_misses(controller, cell)
+    assert all(abs(run - again) < 0.00025 for _, _, run, again in missed)
     words = {1: "one", 2: "two", 3: "three"}
-    return words.get(len(missed), str(len(missed))), ", ".join(sorted({b for b, _ in missed}))
+    return words.get(len(missed), str(len(missed))), ", ".join(sorted({m[0] for m in missed}))
 
 
 def warm_switch() -> tuple[str, str, str]:
@@ -147,9 +112,9 @@ def warm_aa_switches() -> tuple[str, str]:
 
 SHAPE_CLAIMS: list[tuple[str, str, Callable[[], tuple[str, ...]]]] = [
     (CONTROLLER_PAGE, r"2-3's shape read a batch-3 step as ([\d.]+) times a batch-2 one in the "
-     r"controller cell and ([\d.]+) in the A/A", shape_ratios),
+     r"controller cell and ([\d.]+) in the A/A", lambda: fitted_shapes(SHAPE_C4)),
     (CONTROLLER_PAGE, r"The controller cell's replay (now ends exactly) where the run did; the "
-     r"A/A's (ends one) in the fourth decimal", exactness),
+     r"A/A's (ends one) in the fourth decimal", shape_exactness),
     (CONTROLLER_PAGE, r"correlates with the gain at ([\d.]+) in the controller cell and ([\d.]+) "
      r"in the A/A \(0\.77 and 0\.80 with the fit before\)",
      lambda: batch_leans(SHAPE_REPLAY)),
@@ -176,7 +141,7 @@ SHAPE_CLAIMS: list[tuple[str, str, Callable[[], tuple[str, ...]]]] = [
      lambda: (*aa(WARM_C4), *warm_aa_switches())),
     (CONTROLLER_PAGE, r"the controller cell's replay (ends exactly) where the run did, the A/A's "
      r"again (\w+) estimates of (\S+) in the fourth decimal off",
-     lambda: ("ends exactly" if exactness(WARM_REPLAY)[0] == "now ends exactly" else "no",
+     lambda: ("ends exactly" if exacts(WARM_REPLAY)[0] else "does not end",
               *aa_misses(WARM_C4))),
     (CONTROLLER_PAGE, r"the A/A's ends one in the fourth decimal off in (\w+) estimates of (\S+) "
      r"\(table", lambda: aa_misses(SHAPE_C4)),

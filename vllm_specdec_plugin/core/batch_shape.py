@@ -52,29 +52,40 @@ class BatchShape:
         return self.c0 + self.c1 * batch
 
     def add(self, moments: Sequence[float]) -> None:
-        """One closed block's sums over its settled steps, in `MOMENTS` order."""
+        """One closed block's sums over its settled steps, in `MOMENTS` order (`Block.
+        shape_moments`)."""
         sums = self.sums
         for i, value in enumerate(moments):
             sums[i] = sums[i] * FIT_DECAY + value
-        n, sb, sd, ss, sbb, sbd, sdd, sbs, sds = sums
-        if n <= 2.0:
+        fitted = self.coefficients()
+        if fitted is None:
             return
+        base, slope, _ = fitted
+        at_smallest = base + slope * self.smallest
+        if at_smallest > 0.0:
+            self.c0, self.c1 = base / at_smallest, slope / at_smallest
+
+    def coefficients(self) -> tuple[float, float, float] | None:
+        """(a, b, c) of the fit over the steps so far, in seconds (a slope below 0 read as
+        flat, an intercept below 0 as proportional); None before the batch spreads by
+        `MIN_SPREAD`."""
+        n, sb, sd, ss, sbb, sbd, sdd, sbs, sds = self.sums
+        if n <= 2.0:
+            return None
         # centred sums of squares and products
         bb, bd, dd = sbb - sb * sb / n, sbd - sb * sd / n, sdd - sd * sd / n
         bs, ds = sbs - sb * ss / n, sds - sd * ss / n
         if dd > 1e-9 * max(sdd, 1.0):
             spread, det = bb - bd * bd / dd, bb * dd - bd * bd
             if spread < MIN_SPREAD or det <= 0.0:
-                return
+                return None
             slope, per_draft = (bs * dd - ds * bd) / det, (bb * ds - bd * bs) / det
         else:  # no drafting (k=0 alone): the batch is the one regressor
             if bb < MIN_SPREAD:
-                return
+                return None
             slope, per_draft = bs / bb, 0.0
         slope = max(slope, 0.0)  # a slope below 0 reads as flat
         base = (ss - slope * sb - per_draft * sd) / n
         if base < 0.0:  # an intercept below 0 reads as proportional
             base, slope = 0.0, max((ss - per_draft * sd) / sb, 0.0)
-        at_smallest = base + slope * self.smallest
-        if at_smallest > 0.0:
-            self.c0, self.c1 = base / at_smallest, slope / at_smallest
+        return base, slope, per_draft

@@ -208,7 +208,7 @@ class ScheduleController:
         state.steps += n
         # The shared cost model learns from the block's mean step (once a block, not a step).
         self.costs.observe(round(block.rows / n), round(block.drafted / n), block.seconds / n)
-        state.shape.add((n, block.rows, block.drafted, block.seconds, *block.moments))
+        state.shape.add(block.shape_moments())
         estimate.count_block(block.yields, n, block.rows, block.time)
         batch, first = block.rows / n, self.params.text_share_from_batch
         priced = block.arm and first and bucket_bounds(state.key)[0] >= first  # else as it ran

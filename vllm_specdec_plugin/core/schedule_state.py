@@ -89,6 +89,10 @@ class Block:
         moments[3] += batch * seconds
         moments[4] += drafted * seconds
 
+    def shape_moments(self) -> tuple[float, ...]:
+        """The block's sums in `batch_shape.MOMENTS` order (`BatchShape.add`)."""
+        return (self.steps, self.rows, self.drafted, self.seconds, *self.moments)
+
     def count(self, batch: int, drafts: int, accepted: Sequence[int]) -> None:
         """A settled step's drafting rows as each smaller k would have emitted their tokens.
         A step without counts (one in which a request ended: vLLM's counts hold its drafts

@@ -20,6 +20,7 @@ from test_schedule_control_noise import K_SET, NEUTRAL, PRIOR, STEADY, Traffic, 
 from vllm_specdec_plugin.core import batch_shape
 from vllm_specdec_plugin.core.batch_shape import MIN_SPREAD, BatchShape
 from vllm_specdec_plugin.core.schedule_control import ScheduleController
+from vllm_specdec_plugin.core.schedule_state import Block
 from vllm_specdec_plugin.core.step_cost import bucket
 
 FIXED, PER_ROW, PER_DRAFT = 0.0215, 0.0185, 0.0188
@@ -52,24 +53,21 @@ def batch_only_fit(self: BatchShape, moments: Sequence[float]) -> None:
 
 
 def blocks(seed: int, count: int, steps: int = 12) -> Iterator[tuple[float, ...]]:
-    """Block sums (`MOMENTS` order) of steps at 2-3: per block a batch mix and a text whose
-    matched share rises with it (more rows, more drafting), k=5 one block in four, else k=2."""
+    """Block sums (`Block.shape_moments`) of steps at 2-3: per block a batch mix and a text
+    whose matched share rises with it (more rows, more drafting), k=5 one block in four, else
+    k=2."""
     rng = random.Random(seed)
     for index in range(count):
         share3 = rng.uniform(0.1, 0.9)
         matched = 0.1 + 0.4 * share3 * rng.uniform(0.5, 1.5)
-        k = 5 if index % 4 == 3 else 2
-        sums = [0.0] * 9
+        block = Block(5 if index % 4 == 3 else 2, math.inf, math.inf, steps)
         for _ in range(steps):
             batch = 3 if rng.random() < share3 else 2
-            drafted = k * sum(rng.random() < matched for _ in range(batch))
+            drafted = block.arm * sum(rng.random() < matched for _ in range(batch))
             seconds = (FIXED + PER_ROW * batch + PER_DRAFT * drafted) * math.exp(
                 rng.gauss(0.0, 0.03))
-            for i, value in enumerate((1.0, batch, drafted, seconds, batch * batch,
-                                       batch * drafted, drafted * drafted, batch * seconds,
-                                       drafted * seconds)):
-                sums[i] += value
-        yield tuple(sums)
+            block.add(batch, seconds, seconds, batch, drafted)
+        yield block.shape_moments()
 
 
 def fitted_ratio(seed: int, count: int = 60) -> float:
