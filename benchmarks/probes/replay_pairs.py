@@ -9,7 +9,9 @@ is pure, so a fresh one fed those steps makes the same blocks, pairs and decisio
 does that per cell and keeps each pair as the controller read it: its bucket, explored k and
 incumbent, whether it was priced on one text (`counted_times`), its gain and variance floor,
 and the three blocks' sums (steps, row-steps, yield, time, drafting share, and from the
-counts the drafting rows, their tokens and the smaller k's steps). Per bucket and arm it
+counts the drafting rows, their tokens and the smaller k's steps), and the seconds of steps
+fed when it was read. Per bucket it keeps the step-time fit and the price of a drafting step
+the replay ended with (`prices`); per bucket and arm it
 reports the pairs' mean gain and spread, and the spread of each side's time per step, so a
 wide pair can be traced to the text or to the time. It checks the replay against the run:
 the table after and each arm's estimate must match the cell's (`replay_exact`).
@@ -30,7 +32,7 @@ from benchmarks.lib.results import command, write_json
 from vllm_specdec_plugin.core.pair_price import Measure, counted_times
 from vllm_specdec_plugin.core.schedule_control import ScheduleController
 from vllm_specdec_plugin.core.schedule_state import Step
-from vllm_specdec_plugin.core.step_cost import bucket_label
+from vllm_specdec_plugin.core.step_cost import bucket_bounds, bucket_label
 
 
 def block_of(measure: Measure) -> dict[str, Any]:
@@ -71,7 +73,11 @@ def replay(setup: dict[str, Any]) -> tuple[ScheduleController, list[dict[str, An
     """A fresh controller fed the recorded steps; every pair it read, in order."""
     controller = fresh(setup)
     pairs: list[dict[str, Any]] = []
-    paired = controller._paired
+    paired, observe, fed = controller._paired, controller.observe, [0.0]
+
+    def timed(step: Step) -> None:
+        fed[0] += step.seconds  # the steps' seconds up to and with this one
+        observe(step)
 
     def spied(state: Any, pending: Any, after: Measure) -> None:
         arm, explored, before = pending
@@ -94,10 +100,11 @@ def replay(setup: dict[str, Any]) -> tuple[ScheduleController, list[dict[str, An
                       "counted": times is not None,
                       "times": None if times is None else [round(t, 5) for t in times],
                       "gain": None if gain is None else round(gain, 5),
-                      "switched": state.incumbent != incumbent,
+                      "switched": state.incumbent != incumbent, "at_s": round(fed[0], 3),
                       "blocks": [block_of(b) for b in (before, explored, after)]})
 
     controller._paired = spied  # type: ignore[method-assign]
+    controller.observe = timed  # type: ignore[method-assign]
     for _ in feed(controller, setup["steps"]):
         pass
     return controller, pairs
@@ -132,6 +139,22 @@ def summary(pairs: list[dict[str, Any]]) -> dict[str, Any]:
             mean = statistics.fmean(times)
             cell[f"{side}_cv"] = round(statistics.stdev(times) / mean, 4) if len(
                 times) > 1 and mean > 0 else None
+    return found
+
+
+def prices(controller: ScheduleController) -> dict[str, Any]:
+    """Per bucket at the end: the step-time fit's (a, b, c) in seconds (`BatchShape.
+    coefficients`, None before it fits), its plain step at the bucket's largest batch over its
+    smallest (`factor`), and the price of a drafting step the controller's pairs were priced
+    with (`StepCostTable.extra`: switch, per drafted token; seconds)."""
+    found: dict[str, Any] = {}
+    for key, state in sorted(controller.buckets.items()):
+        low, high = bucket_bounds(key)
+        fitted, extra = state.shape.coefficients(), controller.costs.extra(low)
+        found[bucket_label(key)] = {
+            "fit": None if fitted is None else [round(x, 6) for x in fitted],
+            "batch_ratio": round(state.shape.factor(high) / state.shape.factor(low), 4),
+            "drafting_price": None if extra is None else [round(x, 6) for x in extra]}
     return found
 
 
@@ -174,6 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         controller, pairs = replay(setup)
         entry = {"workload": cell["workload"], "concurrency": cell["concurrency"],
                  "arms": cell["arms"], "replay_exact": replay_exact(controller, cell),
+                 "misses": estimate_misses(controller, cell), "prices": prices(controller),
                  "summary": summary(pairs), "pairs": pairs}
         report.append(entry)
         print(json.dumps({k: v for k, v in entry.items() if k != "pairs"}, indent=1))

@@ -1,18 +1,17 @@
 """The figures of "The batch shape fitted from every step" in docs/schedule-controller.md, each
 computed from its result files (`support/doc_claims.py` checks them against the page): the
-run's cells, its recorded steps replayed afresh, and the replay probe's file."""
+run's cells and its recorded steps, and the replay probe's files, made by the run's code (a
+fresh replay with later code is no longer the run's controller)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from benchmarks.probes.replay_pairs import estimate_misses, feed, fresh
 from support.carried_figures import switch_step
-from support.replay_figures import batch_leans, by_kind, exacts, fitted_shapes, replayed
+from support.replay_figures import batch_leans, by_kind, exacts
 from support.result_tables import result
 from support.run_figures import CONTROLLER_PAGE, aa_cell, cell_of
 from support.stepped_figures import aa, cell_entry
-from vllm_specdec_plugin.core.step_cost import bucket_label
 
 SHAPE_C4 = "controller-runs-steady-c4-shape"
 """input_grounded c=4 with the batch shape fitted from every step (dcc22c5), 120 s warm-up."""
@@ -20,6 +19,13 @@ SHAPE_REPLAY = f"{SHAPE_C4}-replay"
 WARM_C4 = f"{SHAPE_C4}-warm"
 """The same with ten minutes of warm-up (`--warmup 600`)."""
 WARM_REPLAY = f"{WARM_C4}-replay"
+
+
+def batch_ratios(name: str) -> tuple[str, str]:
+    """2-3's fitted batch-3 step over its batch-2 step at the end of each replay of `name`
+    (made by the run's code): the controller cell's, the A/A's."""
+    return tuple(f"{cell['prices']['2-3']['batch_ratio']:.2f}"  # type: ignore[return-value]
+                 for cell in by_kind(result(name)["cells"]))
 
 
 def shape_exactness() -> tuple[str, str]:
@@ -55,38 +61,28 @@ def stuck() -> tuple[str, str, str]:
 
 
 def switch_seconds() -> tuple[str, str]:
-    """Seconds of the A/A controller's steps until 2-3's switch; of the controller cell's in
-    all."""
+    """Seconds of the A/A controller's steps until 2-3's first switch (its replay's pair that
+    switched); of the controller cell's in all."""
+    aa_replay = by_kind(result(SHAPE_REPLAY)["cells"])[1]
+    seen = next(p["at_s"] for p in aa_replay["pairs"] if p["bucket"] == "2-3" and p["switched"])
     cells = by_kind(result(f"{SHAPE_C4}.steps")["cells"])
-    setup = cells[1]["controller_steps"]
-    controller, seen = fresh(setup), 0.0
-    for step in feed(controller, setup["steps"]):
-        seen += step.seconds
-        state = controller.buckets.get(2)
-        if state is not None and state.switches:
-            break
     total = sum(step[2] for step in cells[0]["controller_steps"]["steps"]
                 if not isinstance(step, int))
     return f"{seen:.0f}", f"{total:.0f}"
 
 
 def drafted_token_prices() -> tuple[str, str]:
-    """At 2-3, the controller cell's cost model's price of a drafted token and the shape
-    fit's (the drafted tokens' coefficient), in ms."""
-    controller = replayed(SHAPE_C4)[0]
-    fitted, extra = controller.buckets[2].shape.coefficients(), controller.costs.extra(2)
-    assert fitted is not None and extra is not None
-    return f"{1000 * extra[1]:.1f}", f"{1000 * fitted[2]:.1f}"
+    """At 2-3, the controller cell's price of a drafted token at the end of its replay (the
+    cost model's, `StepCostTable.extra`, as the run's code priced pairs) and the shape fit's
+    (the drafted tokens' coefficient), in ms."""
+    found = by_kind(result(SHAPE_REPLAY)["cells"])[0]["prices"]["2-3"]
+    return f"{1000 * found['drafting_price'][1]:.1f}", f"{1000 * found['fit'][2]:.1f}"
 
 
 def aa_misses(name: str) -> tuple[str, str]:
-    """The A/A cell's estimates its fresh replay misses: how many (in words), in which bucket,
-    each off by at most 2 in the fourth decimal, where the run's table is met."""
-    controller = replayed(name)[1]
-    cell = aa_cell(name)
-    table = {bucket_label(key): state.incumbent for key, state in controller.buckets.items()}
-    assert table == cell["table_after"]
-    missed = estimate_misses(controller, cell)
+    """The A/A cell's estimates its replay (`NAME-replay`, made by the run's code) missed: how
+    many (in words), in which bucket, each off by at most 2 in the fourth decimal."""
+    missed = by_kind(result(f"{name}-replay")["cells"])[1]["misses"]
     assert all(abs(run - again) < 0.00025 for _, _, run, again in missed)
     words = {1: "one", 2: "two", 3: "three"}
     return words.get(len(missed), str(len(missed))), ", ".join(sorted({m[0] for m in missed}))
@@ -112,7 +108,7 @@ def warm_aa_switches() -> tuple[str, str]:
 
 SHAPE_CLAIMS: list[tuple[str, str, Callable[[], tuple[str, ...]]]] = [
     (CONTROLLER_PAGE, r"2-3's shape read a batch-3 step as ([\d.]+) times a batch-2 one in the "
-     r"controller cell and ([\d.]+) in the A/A", lambda: fitted_shapes(SHAPE_C4)),
+     r"controller cell and ([\d.]+) in the A/A", lambda: batch_ratios(SHAPE_REPLAY)),
     (CONTROLLER_PAGE, r"The controller cell's replay (now ends exactly) where the run did; the "
      r"A/A's (ends one) in the fourth decimal", shape_exactness),
     (CONTROLLER_PAGE, r"correlates with the gain at ([\d.]+) in the controller cell and ([\d.]+) "
