@@ -152,7 +152,8 @@ def prices(controller: ScheduleController) -> dict[str, Any]:
         low, high = bucket_bounds(key)
         fitted, extra = state.shape.coefficients(), controller.costs.extra(low)
         found[bucket_label(key)] = {
-            "fit": None if fitted is None else [round(x, 6) for x in fitted],
+            "fit": None if fitted is None else [
+                None if x is None else round(x, 6) for x in fitted],
             "batch_ratio": round(state.shape.factor(high) / state.shape.factor(low), 4),
             "drafting_price": None if extra is None else [round(x, 6) for x in extra]}
     return found

@@ -11,7 +11,9 @@ token a step, as free text. So a k > 0 spends 1 / (1 + k) of a passage's tokens 
 larger k leaves a passage in fewer steps, and a row's share of steps in a passage is k's own:
 which k ran before a block decides how many rows are in a passage when it starts (the
 carry-over a switchback of short blocks inherits), while the share of *tokens* emitted in a
-passage is the text's, the same under every k.
+passage is the text's, the same under every k. With `ngram_ends` a passage ends as it does
+for vLLM's n-gram drafter: one more drafting step, rejected at once, where the passage's last
+token came as a bonus (the context still matches the source).
 
 As in vLLM, a step verifies the drafts proposed after the step before, at that step's k: a
 step's k (the lookup's, `num_spec_tokens_to_schedule`) is what the proposer drafts after it. So
@@ -54,14 +56,21 @@ class Passages:
                  passage_mean: float, base: float = 0.012, per_token: float = 0.0006,
                  switch: float = 0.0, noise: float = 0.05,
                  host: Callable[[int], float] = steady_host, lag: int = 1,
-                 short_share: float = 0.0, short_mean: float = 2.0, counts: bool = False
-                 ) -> None:
+                 short_share: float = 0.0, short_mean: float = 2.0, counts: bool = False,
+                 ngram_ends: bool = False) -> None:
         self.rng = random.Random(seed)
         self.counts = counts
         """Whether a step carries vLLM's accepted counts per position (`Step.drafts`,
         `Step.accepted`), as an engine with `log_stats` gives them."""
         self.last: tuple[int, list[int]] = (0, [])
         """The last `advance`'s drafting rows and accepted counts per position."""
+        self.ngram_ends = ngram_ends
+        """Whether a passage ends as it does for vLLM's n-gram drafter: where a step's bonus
+        token was the passage's last, the context still matches the source, so the next
+        step at k > 0 drafts the source's continuation and has it rejected at the first
+        position (one token, a drafting row), as a larger k's draft was rejected there. A
+        drafter of fewer tokens drafts a prefix of a longer one's (what `shorter_steps`
+        counts on). Without it, the passage's end is known: that row is free text."""
         self.lookup = list(prior)
         self.left = [0] * rows
         """Per row, the passage tokens it has still to emit (0: free text)."""
@@ -101,11 +110,17 @@ class Passages:
                 for j in range(accepted):
                     per_position[j] += 1
                 tokens += 1 + accepted
-                left[row] = r - accepted - 1 if r > k else 0
+                rest = r - accepted - 1 if r > k else 0
+                # the passage's last token was the bonus: the n-gram still matches
+                left[row] = -1 if self.ngram_ends and r > k and not rest else rest
             elif r > 0:
                 tokens += 1
-                left[row] = r - 1
+                left[row] = r - 1 if r > 1 or not self.ngram_ends else -1
             else:
+                if r < 0 and k > 0:  # drafts the source's continuation, rejected at once
+                    drafted += k
+                    drafts += 1
+                left[row] = 0
                 tokens += 1
                 if rng.random() < 1.0 / self.free_mean:
                     left[row] = self._passage()

