@@ -18,6 +18,7 @@ from support.gain_figures import GAIN_CLAIMS
 from support.held_figures import HELD_CLAIMS
 from support.noise_figures import NOISE_CLAIMS
 from support.paced_figures import PACED_CLAIMS
+from support.price_figures import PRICE_CLAIMS
 from support.priced_figures import PRICED_CLAIMS
 from support.replay_figures import REPLAY_CLAIMS
 from support.result_tables import result
@@ -286,4 +287,4 @@ CLAIMS += [Claim(*claim) for claim in (*RUN_CLAIMS, *COST_CLAIMS, *VISIT_CLAIMS,
                                         *GAIN_CLAIMS, *STEPPED_CLAIMS, *PACED_CLAIMS,
                                         *HELD_CLAIMS, *COUNTED_CLAIMS,
                                         *CARRIED_CLAIMS, *REPLAY_CLAIMS,
-                                        *SHAPE_CLAIMS)]
+                                        *SHAPE_CLAIMS, *PRICE_CLAIMS)]

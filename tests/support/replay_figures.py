@@ -91,8 +91,8 @@ REPLAY_CLAIMS: list[tuple[str, str, Callable[[], tuple[str, ...]]]] = [
      lambda: (*aa(THIRD_C4), switch_step(aa_cell(THIRD_C4)))),
     (CONTROLLER_PAGE, r"The A/A cell's replay (ends exactly) where the run did \(table and every "
      r"estimate\); the controller cell's (does not)", exact),
-    (CONTROLLER_PAGE, r"replayed with the new fit, read a batch-3 step at 2-3 as (\S+) \(the "
-     r"controller cell\) and (\S+) \(the A/A\) times",
+    (CONTROLLER_PAGE, r"replayed with the new fit \(at 8a2b4ce, \S+\), read a batch-3 step at "
+     r"2-3 as (\S+) \(the controller cell\) and (\S+) \(the A/A\) times",
      fitted_shapes),
     (CONTROLLER_PAGE, r"a step at batch 3 counts as ([\d.]+) times one at batch 2 \(the fixed k=0 "
      r"arm's median plain steps, ([\d.]+) and ([\d.]+) ms\)", plain_steps),
