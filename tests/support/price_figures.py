@@ -11,7 +11,7 @@ import numpy as np
 
 from support.replay_figures import by_kind
 from support.result_tables import result
-from support.run_figures import CONTROLLER_PAGE, aa_cell, cell_of
+from support.run_figures import CONTROLLER_PAGE, aa_cell, cell_of, controller_cells
 from support.shape_figures import SHAPE_C4, WARM_C4
 from support.stepped_figures import aa, cell_entry, met, met_list
 from vllm_specdec_plugin.core.pair_price import Counts, Measure, counted_times, draft_time
@@ -105,7 +105,7 @@ def k2_leads() -> tuple[str, str]:
     the controller), least and most, in percent."""
     leads = [100 * (c["priced"]["against_last"]["k5"]["ratio"]
                     / c["priced"]["against_last"]["k2"]["ratio"] - 1)
-             for c in by_kind(result(PRICED_C4)["cells"])[:-1]]
+             for c in controller_cells(PRICED_C4)]
     return f"{min(leads):.0f}", f"{max(leads):.0f}"
 
 
@@ -115,8 +115,7 @@ def estimate(workload: str, label: str, arm: str) -> tuple[str, str]:
 
 
 def explored_range() -> tuple[str, str]:
-    shares = [s for c in by_kind(result(PRICED_C4)["cells"])[:-1]
-              for s in c["explore_share"].values()]
+    shares = [s for c in controller_cells(PRICED_C4) for s in c["explore_share"].values()]
     return f"{100 * min(shares):.0f}", f"{100 * max(shares):.0f}"
 
 

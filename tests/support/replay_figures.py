@@ -46,11 +46,11 @@ def exact() -> tuple[str, str]:
             "does not" if not controller else "does too")
 
 
-def fitted_shapes() -> tuple[str, str]:
-    """Bucket 2-3's fitted batch-3 step over its batch-2 step at the end of each cell's replay
-    with the fit of dcc22c5 (`REFIT`, made at 8a2b4ce): the controller cell's, the A/A's."""
+def batch_ratios(name: str) -> tuple[str, str]:
+    """2-3's fitted batch-3 step over its batch-2 step at the end of each replay in replay file
+    `name` (made by the code it names): the controller cell's, the A/A's."""
     return tuple(f"{cell['prices']['2-3']['batch_ratio']:.2f}"  # type: ignore[return-value]
-                 for cell in by_kind(result(REFIT)["cells"]))
+                 for cell in by_kind(result(name)["cells"]))
 
 
 def plain_steps() -> tuple[str, str, str]:
@@ -93,7 +93,7 @@ REPLAY_CLAIMS: list[tuple[str, str, Callable[[], tuple[str, ...]]]] = [
      r"estimate\); the controller cell's (does not)", exact),
     (CONTROLLER_PAGE, r"replayed with the new fit \(at 8a2b4ce, \S+\), read a batch-3 step at "
      r"2-3 as (\S+) \(the controller cell\) and (\S+) \(the A/A\) times",
-     fitted_shapes),
+     lambda: batch_ratios(REFIT)),
     (CONTROLLER_PAGE, r"a step at batch 3 counts as ([\d.]+) times one at batch 2 \(the fixed k=0 "
      r"arm's median plain steps, ([\d.]+) and ([\d.]+) ms\)", plain_steps),
     (CONTROLLER_PAGE, r"correlates with the pair's gain at ([\d.]+) in the controller cell and "

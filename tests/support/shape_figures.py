@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from support.carried_figures import switch_step
-from support.replay_figures import batch_leans, by_kind, exacts
+from support.replay_figures import batch_leans, batch_ratios, by_kind, exacts
 from support.result_tables import result
 from support.run_figures import CONTROLLER_PAGE, aa_cell, cell_of
 from support.stepped_figures import aa, cell_entry
@@ -19,13 +19,6 @@ SHAPE_REPLAY = f"{SHAPE_C4}-replay"
 WARM_C4 = f"{SHAPE_C4}-warm"
 """The same with ten minutes of warm-up (`--warmup 600`)."""
 WARM_REPLAY = f"{WARM_C4}-replay"
-
-
-def batch_ratios(name: str) -> tuple[str, str]:
-    """2-3's fitted batch-3 step over its batch-2 step at the end of each replay of `name`
-    (made by the run's code): the controller cell's, the A/A's."""
-    return tuple(f"{cell['prices']['2-3']['batch_ratio']:.2f}"  # type: ignore[return-value]
-                 for cell in by_kind(result(name)["cells"]))
 
 
 def shape_exactness() -> tuple[str, str]:

@@ -197,7 +197,8 @@ class StepCostTable:
         cell.since_fit += 1
 
     def extra(self, rows: int) -> tuple[float, float] | None:
-        """(switch, per_token): a drafting cycle's seconds over the baseline at `rows`."""
+        """(switch, per_token): a drafting cycle's seconds over the baseline at `rows` (the
+        bucket's own fit's, no switch, where `take_fit` gave one that prices a token)."""
         known = self._buckets.get(bucket(rows))
         if known is not None and known.steps is not None and known.steps.per_draft is not None:
             return 0.0, known.steps.per_draft
