@@ -46,7 +46,8 @@ def block_of(measure: Measure) -> dict[str, Any]:
                            "tokens": round(measure.counts.tokens, 4),
                            "shorter": {str(k): round(v, 4)
                                        for k, v in measure.counts.shorter.items()},
-                           "price": round(measure.counts.price, 6)}
+                           "price": None if measure.counts.price is None
+                           else round(measure.counts.price, 6)}
     return found
 
 

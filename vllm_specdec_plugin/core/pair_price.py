@@ -45,9 +45,10 @@ class Counts(NamedTuple):
     shorter: dict[int, float]
     """Per smaller drafting k of the bucket, the steps it would have taken to emit those
     tokens (`shorter_steps`)."""
-    price: float
+    price: float | None
     """The block's `draft_time` at every batch size (`Measure.draft_time` only from
-    `text_share_from_batch` up: below, `pair_gain` reads a block as it ran); 0: not known."""
+    `text_share_from_batch` up: below, `pair_gain` reads a block as it ran); None: not known.
+    0 is a price: drafted tokens free within the noise (a fit of the steps that reads none)."""
 
 
 class Measure(NamedTuple):
@@ -180,7 +181,7 @@ def counted_times(explored_k: int, incumbent_k: int, explored: Measure, before: 
     counts or no price yet (`Counts.price`)."""
     larger, smaller = max(explored_k, incumbent_k), min(explored_k, incumbent_k)
     blocks = (explored, before, after)
-    if not smaller or any(b.counts is None or b.counts.price <= 0.0 for b in blocks):
+    if not smaller or any(b.counts is None or b.counts.price is None for b in blocks):
         return None
     counts = [b.counts for b in ((explored,) if explored_k == larger else (before, after))
               if b.counts]
@@ -201,7 +202,7 @@ def counted_times(explored_k: int, incumbent_k: int, explored: Measure, before: 
     times = []
     for k, side in ((incumbent_k, (before, after)), (explored_k, (explored,))):
         n = sum(b.steps for b in side)
-        per_row = sum(b.counts.price * b.steps for b in side if b.counts) / n
+        per_row = sum((b.counts.price or 0.0) * b.steps for b in side if b.counts) / n
         base = (sum(b.time for b in side) - per_row * sum(b.drafting for b in side)) / n
         drafting_rows = passage / psi[k]  # its drafting row-steps on the text
         times.append((total - passage + drafting_rows) * base + drafting_rows * per_row)

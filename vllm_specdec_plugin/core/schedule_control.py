@@ -216,12 +216,12 @@ class ScheduleController:
         estimate.count_block(block.yields, n, block.rows, block.time)
         batch, first = block.rows / n, self.params.text_share_from_batch
         priced = block.arm and first and low >= first  # else as it ran
-        price = draft_time(block.arm, batch, block.drafting / n,
-                           self.costs.extra(min(max(round(batch), low), high))
-                           if priced or block.counted[0] else None,  # asked, it may refit
-                           state.shape.factor(batch))
+        extra = self.costs.extra(min(max(round(batch), low), high)) if (
+            priced or block.counted[0]) else None  # asked, it may refit
+        price = draft_time(block.arm, batch, block.drafting / n, extra, state.shape.factor(batch))
         measure = Measure(block.yields, block.time, float(block.rows), n, block.drafting,
-                          price if priced else 0.0, block.counts(price))
+                          price if priced else 0.0,
+                          block.counts(price if extra is not None else None))
         if block.arm == state.incumbent:
             time = block.time / n
             state.step_time = time if state.step_time <= 0.0 else (

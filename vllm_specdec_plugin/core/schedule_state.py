@@ -109,8 +109,9 @@ class Block:
         for smaller in self.shorter:
             self.shorter[smaller] += shorter_steps(k, smaller, drafts, accepted) / batch
 
-    def counts(self, price: float) -> Counts | None:
-        """`Measure.counts` of the block, `price` its `draft_time` (None: no step counted)."""
+    def counts(self, price: float | None) -> Counts | None:
+        """`Measure.counts` of the block, `price` its `draft_time` (None: not known); None: no
+        step counted."""
         if not self.counted[0] or self.shorter is None:
             return None
         return Counts(self.counted[1], self.counted[2], self.shorter, price)  # block closed

@@ -81,3 +81,20 @@ def test_a_drafted_token_is_priced_only_once_drafts_spread():
     assert shape.fit.per_draft == pytest.approx(0.019, rel=1e-3)
     assert shape.fit.base == pytest.approx(0.04, rel=1e-3)
     assert (shape.c0, shape.c1) == (1.0, 0.0)
+
+
+def test_free_drafts_are_priced_at_0_and_pairs_are_still_counted():
+    """Where a drafted token costs nothing (a step's time set by its rows alone, as on a GPU
+    at a small batch or on the engine tests' tiny model), the fit prices it at 0, a known
+    price: every pair of k=2 against k=5 is still read on one text (`counted_times`). With
+    0 read as "not known" (the rule before) none was once the fit priced the drafts (6 of 8
+    counted here, those before it; the engine test of 2-3 failed so once, no pair counted)."""
+    prior = [5] * 65
+    controller = ScheduleController(prior, (0, 2, 5))
+    engine = Passages(0, prior, 4, base=BASE, per_token=PER_TOKEN, noise=0.03, counts=True,
+                      **TEXT)
+    engine.seconds = lambda batch, drafted: BASE + PER_TOKEN * batch  # type: ignore[method-assign]
+    engine.run(controller, 4, 3000)
+    assert controller.costs.extra(4) == (0.0, 0.0)
+    state = controller.buckets[3]
+    assert state.counted_pairs == state.arms[2].pairs > 0
